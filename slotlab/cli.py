@@ -1,0 +1,120 @@
+"""`slotlab` on the command line: `slotlab info [llama-server flags]`, `slotlab lab`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from slotlab.errors import SlotlabError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def cmd_info(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        from slotlab.engine.params import _FLAGS
+
+        print("usage: slotlab info [--json] [llama-server flags]\n\nPrints the model, context and slot "
+              "configuration these flags give, and the build's capabilities.\nFlags understood: "
+              + " ".join(sorted(_FLAGS)))
+        return 0
+    as_json = "--json" in argv
+    argv = [a for a in argv if a != "--json"]
+    from slotlab.engine.backend import load
+    from slotlab.engine.params import ServerParams
+
+    b = load(ServerParams.from_args(argv))
+    d = b.describe()
+    if as_json:
+        print(json.dumps(d, indent=1))
+        return 0
+    m, c, s, mem, cache = d["model"], d["context"], d["slots"], d["memory"], d["cache"]
+    yes = lambda v: "yes" if v else "no"  # noqa: E731
+    ram = {-1: "no byte limit", 0: "off"}.get(cache["cache_ram_mib"], f"{cache['cache_ram_mib']} MiB")
+    lines = [
+        f"slotlab {d['slotlab']} on llama-cpp-python {d['llama_cpp_python']}",
+        f"model      {Path(m['path']).name}: {m['desc']}, {m['n_params'] / 1e6:.1f} M params, {_mib(m['size_bytes'])}",
+        f"           {m['path']}",
+        f"           architecture {m['architecture']}, n_ctx_train {m['n_ctx_train']}, n_swa {m['n_swa']}, "
+        f"n_layer {m['n_layer']}, n_vocab {m['n_vocab']}, add_bos {yes(m['add_bos'])}",
+        f"build      GPU offload available: {yes(d['build']['gpu_offload'])}; n_gpu_layers {m['n_gpu_layers']}; "
+        f"repack {'off (--no-repack)' if m['no_repack'] else 'on'}",
+        f"context    n_ctx {c['n_ctx']}, n_ctx_seq {c['n_ctx_seq']}, n_batch {c['n_batch']}, n_ubatch {c['n_ubatch']}, "
+        f"threads {c['n_threads']}/{c['n_threads_batch']}",
+        f"slots      {s['n_slots']}{' (auto -np)' if s['auto'] else ''}, kv_unified {str(s['kv_unified']).lower()}, "
+        f"n_ctx_slot {s['n_ctx_slot']}",
+        f"memory     swa_full {str(mem['swa_full']).lower()}, n_swa {mem['n_swa']}, can_shift {str(mem['can_shift']).lower()}, "
+        f"seq_rm {mem['seq_rm_type']}, context checkpoints {'needed' if mem['needs_checkpoints'] else 'not needed'}",
+        f"cache      --cache-ram {ram}, -sps {cache['slot_prompt_similarity']:.2f}, idle slots "
+        + ("saved" + (" and cleared" if s["kv_unified"] else "") if cache["cache_idle_slots"] else "not cached")
+        + f", --cache-reuse {cache['cache_reuse']}"
+        + ("" if mem["can_shift"] or not cache["cache_reuse"] else " (not supported by this context: ignored)")
+        + f", --ctx-checkpoints {cache['ctx_checkpoints']}, -cms {cache['checkpoint_min_step']}",
+    ]
+    print("\n".join(lines))
+    b.close()
+    return 0
+
+
+def lab_command(port: int | None = None, no_browser: bool = False, extra: list[str] | None = None) -> tuple[list[str], dict]:
+    """The JupyterLab command line and environment: notebooks/ as root, settings and workspaces in lab/."""
+    lab = ROOT / "lab"
+    env = dict(os.environ)
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(lab / "user-settings")
+    env["JUPYTERLAB_WORKSPACES_DIR"] = str(lab / "workspaces")
+    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or shutil.which("jupyter")
+    if jupyter is None:
+        raise SlotlabError("jupyter is not installed in this environment: run `make lab` (or pip install jupyterlab)")
+    cmd = [jupyter, "lab", f"--ServerApp.root_dir={ROOT / 'notebooks'}"]
+    if port:
+        cmd.append(f"--port={port}")
+    if no_browser:
+        cmd.append("--no-browser")
+    return cmd + list(extra or []), env
+
+
+def cmd_lab(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab lab", description="Start JupyterLab on the slotlab notebooks.")
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    args, extra = ap.parse_known_args(argv)
+    from slotlab.llama.model import default_model_path
+
+    print(f"default model: {default_model_path()}")
+    cmd, env = lab_command(args.port, args.no_browser, extra)
+    if args.dry_run:
+        print(" ".join(cmd))
+        print(f"JUPYTERLAB_SETTINGS_DIR={env['JUPYTERLAB_SETTINGS_DIR']}")
+        print(f"JUPYTERLAB_WORKSPACES_DIR={env['JUPYTERLAB_WORKSPACES_DIR']}")
+        return 0
+    os.execve(cmd[0], cmd, env)
+    return 0  # pragma: no cover
+
+
+COMMANDS = {"info": cmd_info, "lab": cmd_lab}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: slotlab {info,lab} ...\n  info  print model, context, slot configuration and build capabilities\n"
+              "  lab   start JupyterLab on the notebooks (settings and workspace in lab/)")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except SlotlabError as e:
+        print(f"slotlab: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""From llama-server flags to a live model and context, resolved the way the server resolves them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slotlab.engine.params import ServerParams
+from slotlab.llama import Context, Model
+
+
+@dataclass
+class Backend:
+    params: ServerParams
+    model: Model
+    ctx: Context
+
+    @property
+    def n_ctx_slot(self) -> int:
+        return self.ctx.n_ctx_slot(self.params.kv_unified_per_slot)
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """The memory-type part of the checkpoint gate (spec 4.2 step 3)."""
+        from slotlab.llama import SeqRmType
+
+        return self.ctx.seq_rm_type in (SeqRmType.FULL, SeqRmType.RS) or self.ctx.n_swa > 0
+
+    def describe(self) -> dict:
+        """Everything `slotlab info` prints, as plain data."""
+        from importlib.metadata import version
+
+        from slotlab import __version__
+        from slotlab.llama import supports_gpu_offload
+
+        p, m, c = self.params, self.model, self.ctx
+        return {
+            "slotlab": __version__,
+            "llama_cpp_python": version("llama-cpp-python"),
+            "model": {"path": str(m.path), "desc": m.desc, "architecture": m.architecture,
+                      "n_params": m.n_params, "size_bytes": m.size_bytes, "n_ctx_train": m.n_ctx_train,
+                      "n_swa": m.n_swa, "n_layer": m.n_layer, "n_vocab": m.n_vocab, "add_bos": m.add_bos,
+                      "n_gpu_layers": m.n_gpu_layers, "no_repack": not m.use_extra_bufts},
+            "build": {"gpu_offload": supports_gpu_offload()},
+            "context": {"n_ctx": c.n_ctx, "n_ctx_seq": c.n_ctx_seq, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch,
+                        "n_threads": c.n_threads, "n_threads_batch": c.n_threads_batch},
+            "slots": {"n_slots": c.n_seq_max, "auto": p.n_parallel == -1, "kv_unified": c.kv_unified,
+                      "n_ctx_slot": self.n_ctx_slot, "kv_unified_per_slot": p.kv_unified_per_slot},
+            "memory": {"swa_full": c.swa_full, "n_swa": c.n_swa, "can_shift": c.can_shift,
+                       "seq_rm_type": c.seq_rm_type.value if c.seq_rm_type else None,
+                       "needs_checkpoints": self.needs_checkpoints},
+            "cache": {"cache_ram_mib": p.cache_ram, "slot_prompt_similarity": p.slot_prompt_similarity,
+                      "cache_idle_slots": p.cache_idle_slots_effective, "cache_reuse": p.cache_reuse,
+                      "ctx_checkpoints": p.ctx_checkpoints, "checkpoint_min_step": p.checkpoint_min_step,
+                      "slot_save_path": p.slot_save_path},
+        }
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+def load(params: ServerParams | None = None, model: Model | None = None) -> Backend:
+    """Load the model (unless given) and create the context for `params`."""
+    params = params or ServerParams()
+    model = model or Model(params.model, n_gpu_layers=params.n_gpu_layers, use_extra_bufts=not params.no_repack)
+    ctx = Context(
+        model,
+        n_ctx=params.n_ctx_requested,
+        n_parallel=params.n_slots,
+        kv_unified=params.kv_unified_effective,
+        swa_full=params.swa_full,
+        n_batch=params.n_batch,
+        n_ubatch=params.n_ubatch,
+        n_threads=params.n_threads,
+        n_threads_batch=params.n_threads_batch,
+    )
+    return Backend(params, model, ctx)
