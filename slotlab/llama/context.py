@@ -201,7 +201,11 @@ class Context:
     def decode(self, batch: Batch, offset: int = 0, n: int | None = None) -> int:
         """Decode tokens [offset, offset+n) of `batch`. Returns llama_decode's raw code: 0 ok,
         1 no KV slot (retry smaller / after clearing), 2 aborted, -1 invalid batch, < -1 fatal."""
-        return int(lib.llama_decode(self.ptr, batch.view(offset, n)))
+        view = batch.view(offset, n)
+        if view.n_tokens > self.n_batch:
+            # llama.cpp GGML_ASSERTs (kills the process) here; the server decodes in n_batch chunks
+            raise ValueError(f"decode of {view.n_tokens} tokens exceeds n_batch {self.n_batch}: decode in chunks")
+        return int(lib.llama_decode(self.ptr, view))
 
     def logits(self, i: int) -> np.ndarray:
         """Logits of batch output `i` (a copy, n_vocab floats)."""

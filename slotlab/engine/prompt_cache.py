@@ -1,0 +1,522 @@
+"""llama-server's RAM prompt cache (`server_prompt_cache`, spec section 2, ST:1689-1905), as pure policy.
+
+This module decides; it never touches a llama context. The caller (the slot) supplies the state sizes
+it queried, fills the buffers `alloc` hands back, and restores a chosen entry's bytes through the two
+callables given to `restore`. Keeping the policy pure lets every rule be tested without a model and
+lets a UI replay or preview decisions.
+
+Fidelity rules kept from the C++:
+* the list is FIFO (oldest first, append at the back, evict from the front); a hit is removed on load,
+  there is no LRU promotion;
+* every ratio and the `update()` token estimate are computed in IEEE float32 with the same int->float
+  conversions as the C++ (spec 0.2), so ties at 0.25 and between candidates resolve identically;
+* sizes are recomputed from the buffers each time (an entry whose `main` was freed by a half-failed
+  restore keeps counting its draft and checkpoint bytes, as in the server);
+* each decision is reported through `on_event(kind, **fields)` with the server's own log line in
+  `message` (empty when the server logs nothing), plus `level` (TRC/WRN/ERR) and `func` (the C++
+  function whose `__func__` prefixes the server's line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from slotlab.engine.tokens import as_tokens, common_prefix
+
+__all__ = [
+    "Checkpoint",
+    "CacheEntry",
+    "EntryScore",
+    "LoadResult",
+    "PromptCache",
+    "default_allocate",
+    "f32",
+    "f32_ratio",
+]
+
+MIB = 1024.0 * 1024.0
+
+#: The 0.25 floor of `load` ("don't trash large prompts"), as the C++ literal `0.25f`.
+F_KEEP_FLOOR = np.float32(0.25)
+
+Buffer = Any  # bytes, bytearray, memoryview, numpy uint8 array, ctypes c_uint8 array
+EventSink = Callable[..., None]
+
+
+def nbytes(buf: Buffer) -> int:
+    """Byte length of a buffer, whatever its Python type (`std::vector<uint8_t>::size()`)."""
+    n = getattr(buf, "nbytes", None)
+    return int(n) if n is not None else len(buf)
+
+
+def default_allocate(n: int) -> np.ndarray:
+    """Zero-filled byte buffer, like `std::vector<uint8_t>::resize` on an empty vector."""
+    return np.zeros(n, dtype=np.uint8)
+
+
+def _empty_like(buf: Buffer) -> Buffer:
+    """An empty buffer of the same family, for `data.clear(); data.shrink_to_fit()`."""
+    if isinstance(buf, np.ndarray):
+        return np.zeros(0, dtype=buf.dtype)
+    return b""
+
+
+def _copy_buffer(buf: Buffer) -> Buffer:
+    """Deep copy for mutable buffers, sharing for immutable `bytes`.
+
+    The C++ copies the checkpoint vectors into the cache entry; sharing a mutable numpy array with the
+    slot would let a later in-place update of the slot's checkpoint corrupt the cached one."""
+    if isinstance(buf, bytes):
+        return buf
+    if isinstance(buf, np.ndarray):
+        return buf.copy()
+    return bytes(buf)
+
+
+def f32(n: int) -> np.float32:
+    """C++ integer -> float conversion: a single round-to-nearest-even to float32.
+
+    `np.float32(n)` for a huge Python int goes through float64 first (double rounding); exact below
+    2**53, which is every realistic count, but cheap to do right above it too."""
+    if -(1 << 53) <= n <= (1 << 53):
+        return np.float32(float(n))
+    sign = -1 if n < 0 else 1
+    m = abs(n)
+    shift = m.bit_length() - 24
+    q, r = divmod(m, 1 << shift)
+    half = 1 << (shift - 1)
+    if r > half or (r == half and q & 1):
+        q += 1
+    return np.float32(sign * float(q << shift))
+
+
+def f32_ratio(num: int, den: int) -> np.float32:
+    """`float(num) / den` with `den` a size_t: both operands become float32, then a float32 division.
+
+    0/0 is NaN and x/0 is inf, silently, because the server relies on NaN comparing false."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.float32(f32(num) / f32(den))
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """`common_prompt_checkpoint` (CH:1232): a PARTIAL_ONLY state snapshot at `n_tokens` slot tokens.
+
+    Only the sizes matter to the cache; `data_spec` (speculative state) exists in the C++ struct and
+    counts in `size()`, it stays empty in slotlab."""
+
+    n_tokens: int
+    pos_min: int
+    pos_max: int
+    id_task: int = -1
+    data_tgt: Buffer = b""
+    data_dft: Buffer = b""
+    data_spec: Buffer = b""
+
+    def size(self) -> int:
+        return nbytes(self.data_tgt) + nbytes(self.data_dft) + nbytes(self.data_spec)
+
+    def empty(self) -> bool:
+        return nbytes(self.data_tgt) == 0
+
+    def copy(self) -> "Checkpoint":
+        """Deep copy, as the C++ copies a `std::list<common_prompt_checkpoint>`."""
+        return dataclasses.replace(
+            self,
+            data_tgt=_copy_buffer(self.data_tgt),
+            data_dft=_copy_buffer(self.data_dft),
+            data_spec=_copy_buffer(self.data_spec),
+        )
+
+
+@dataclass(eq=False)
+class CacheEntry:
+    """`server_prompt_cache_state`: a prompt (tokens + checkpoints) and its sequence state bytes.
+
+    `main`/`drft` are the target/draft `llama_state_seq_get_data_ext` blobs. Entries compare by
+    identity. `tokens` is a read-only copy: entries are immutable once cached (spec Appendix C)."""
+
+    tokens: np.ndarray
+    checkpoints: list[Checkpoint]
+    main: Buffer
+    drft: Buffer
+    id: int = -1
+    id_slot: int = -1
+    id_task: int = -1
+    created_at: float = 0.0
+
+    def n_tokens(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def size(self) -> int:
+        """Bytes held: state blobs plus checkpoints, from the buffers as they are now."""
+        return nbytes(self.main) + nbytes(self.drft) + sum(c.size() for c in self.checkpoints)
+
+    def release_main(self) -> None:
+        """`data.main.clear(); shrink_to_fit()` after a successful target restore."""
+        self.main = _empty_like(self.main)
+
+    def release_drft(self) -> None:
+        self.drft = _empty_like(self.drft)
+
+
+@dataclass(frozen=True)
+class EntryScore:
+    """One line of `load`'s scan: the entry's lcp with the new prompt and its two ratios (float32)."""
+
+    entry: CacheEntry
+    n_tokens: int
+    lcp: int
+    f_keep: np.float32
+    f_sim: np.float32
+    below_floor: bool  # f_keep < 0.25: never considered
+    improved: bool  # beat the running best on both axes at its turn of the scan
+    winner: bool = False  # the final choice (the last entry that improved)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Outcome of `PromptCache.load`: the winner (or None) and everything needed to explain why."""
+
+    entry: Optional[CacheEntry]
+    lcp_base: int
+    f_keep_base: np.float32  # -1 for an empty slot
+    f_sim_base: np.float32
+    f_keep_best: np.float32
+    f_sim_best: np.float32
+    scores: tuple[EntryScore, ...]
+
+
+class PromptCache:
+    """`server_prompt_cache`: FIFO list of cached prompts under a byte limit and a token limit.
+
+    `limit_size` is bytes (0 = none); `limit_tokens` is tokens (0 = none; the server passes
+    `llama_n_ctx`, so it is never 0 there). `allocate(nbytes)` produces a state buffer and may raise
+    MemoryError, which takes the server's `std::bad_alloc` path. `clock` stamps `created_at`."""
+
+    def __init__(
+        self,
+        limit_size: int,
+        limit_tokens: int,
+        *,
+        allocate: Callable[[int], Buffer] = default_allocate,
+        on_event: Optional[EventSink] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if limit_size < 0 or limit_tokens < 0:
+            raise ValueError("limit_size and limit_tokens are size_t: they cannot be negative")
+        self.limit_size = int(limit_size)
+        self.limit_tokens = int(limit_tokens)
+        self.allocate = allocate
+        self.on_event = on_event
+        self.clock = clock
+        self.entries: list[CacheEntry] = []
+        #: The token cap the last `update()` enforced (`limit_tokens_cur`); None before the first.
+        self.limit_tokens_cur: Optional[int] = None
+        self._next_id = 0
+
+    @classmethod
+    def from_cache_ram(cls, cache_ram_mib: int, n_ctx: int, **kwargs: Any) -> "PromptCache":
+        """Build it the way `load_model` does from `--cache-ram` (MiB) and `llama_n_ctx` (SC:1484-1496):
+        negative MiB = no byte limit. `--cache-ram 0` means no cache object at all, so it is refused."""
+        if cache_ram_mib == 0:
+            raise ValueError("--cache-ram 0 disables the prompt cache: create no PromptCache")
+        return cls(1024 * 1024 * max(0, int(cache_ram_mib)), int(n_ctx), **kwargs)
+
+    # -- totals -------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        """Σ entry.size(): checkpoint bytes count here."""
+        return sum(e.size() for e in self.entries)
+
+    def n_tokens(self) -> int:
+        """Σ len(entry.tokens): checkpoints do not count here."""
+        return sum(e.n_tokens() for e in self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _emit(self, kind: str, level: str, func: str, message: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, level=level, func=func, message=message, **fields)
+
+    def _evict_front(self, reason: str, level: str, func: str, message: str) -> None:
+        e = self.entries.pop(0)
+        self._emit("cache_evict", level, func, message, reason=reason, entry=e, entry_id=e.id,
+                   n_tokens=e.n_tokens(), size=e.size())
+
+    # -- alloc (ST:1711-1791) -----------------------------------------------------------------
+
+    def alloc(
+        self,
+        tokens: Any,
+        checkpoints: Sequence[Checkpoint],
+        size_tgt: int,
+        size_dft: int = 0,
+        *,
+        id_slot: int = -1,
+        id_task: int = -1,
+        created_at: Optional[float] = None,
+    ) -> Optional[CacheEntry]:
+        """Make room for and append a new entry for a slot's prompt; None when it is not cached.
+
+        Rule order is the server's (spec 2.3): dedupe, single-entry over-limit skip (before anything
+        is evicted), removal of cached prefixes of the new prompt, FIFO make-room, allocation. On a
+        failed allocation the removals already done stay done, the byte limit drops permanently to
+        40 % of what is left, and `update()` runs. The caller fills `main`/`drft` of the result.
+
+        Also emits the `prompt_save` line the server prints just before calling `alloc`."""
+        tokens = as_tokens(tokens)
+        n_new = int(tokens.shape[0])
+        size_tgt = int(size_tgt)
+        size_dft = int(size_dft)
+
+        self._emit(
+            "cache_save", "TRC", "prompt_save",
+            " - saving prompt with length %d, total state size = %.3f MiB (draft: %.3f MiB)"
+            % (n_new, (size_tgt + size_dft) / MIB, size_dft / MIB),
+            n_tokens=n_new, size_tgt=size_tgt, size_dft=size_dft, id_slot=id_slot, id_task=id_task,
+        )
+
+        # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
+        for e in self.entries:
+            if common_prefix(e.tokens, tokens) == n_new:
+                self._emit("cache_skip_duplicate", "TRC", "alloc",
+                           " - prompt is already in the cache, skipping",
+                           entry=e, entry_id=e.id, n_tokens=n_new)
+                return None
+
+        # 2-3. a single entry larger than the whole budget would only flush the cache for nothing
+        size_new = size_tgt + size_dft + sum(c.size() for c in checkpoints)
+        if self.limit_size > 0 and size_new > self.limit_size:
+            self._emit("cache_skip_over_limit", "WRN", "alloc",
+                       " - prompt state size %.3f MiB exceeds cache size limit %.3f MiB, skipping"
+                       % (size_new / MIB, self.limit_size / MIB),
+                       size=size_new, limit_size=self.limit_size, n_tokens=n_new)
+            return None
+
+        # 4. entries that are prefixes of the new prompt are superseded by it
+        kept: list[CacheEntry] = []
+        for e in self.entries:
+            lcp = common_prefix(e.tokens, tokens)
+            if lcp == e.n_tokens():
+                self._emit("cache_evict", "TRC", "alloc",
+                           " - removing obsolete cached prompt with length %d" % lcp,
+                           reason="obsolete_prefix", entry=e, entry_id=e.id,
+                           n_tokens=e.n_tokens(), size=e.size())
+            else:
+                kept.append(e)
+        self.entries[:] = kept
+
+        # 5. FIFO make-room so that the allocation never breaches the byte limit
+        if self.limit_size > 0:
+            while self.entries and self.size() + size_new > self.limit_size:
+                self._evict_front(
+                    "make_room", "WRN", "alloc",
+                    " - making room for prompt cache entry, removing oldest entry (size = %.3f MiB)"
+                    % (self.entries[0].size() / MIB))
+
+        # 6. allocate; std::bad_alloc -> shrink the budget to 40 % of what is cached
+        try:
+            main = self.allocate(size_tgt)
+            drft = self.allocate(size_dft)
+        except MemoryError as exc:
+            what = str(exc) or "std::bad_alloc"
+            self._emit("cache_alloc_failed", "ERR", "alloc",
+                       "failed to allocate memory for prompt cache state: %s" % what,
+                       size_tgt=size_tgt, size_dft=size_dft, error=what)
+            old = self.limit_size
+            self.limit_size = max(1, int(0.4 * self.size()))  # double, truncated to size_t
+            self._emit("cache_limit_reduced", "WRN", "alloc",
+                       " - cache size limit reduced to %.3f MiB" % (self.limit_size / MIB),
+                       limit_size=self.limit_size, limit_size_old=old)
+            self._update("shrink")
+            return None
+
+        # 7. append a deep copy of the prompt
+        entry = CacheEntry(
+            tokens=_readonly_copy(tokens),
+            checkpoints=[c.copy() for c in checkpoints],
+            main=main,
+            drft=drft,
+            id=self._next_id,
+            id_slot=id_slot,
+            id_task=id_task,
+            created_at=self.clock() if created_at is None else float(created_at),
+        )
+        self._next_id += 1
+        self.entries.append(entry)
+        self._emit("cache_alloc", "TRC", "alloc", "", entry=entry, entry_id=entry.id,
+                   n_tokens=n_new, size=entry.size(), id_slot=id_slot, id_task=id_task)
+        return entry
+
+    # -- load (ST:1793-1868) ------------------------------------------------------------------
+
+    def load(self, slot_tokens: Any, tokens_new: Any) -> LoadResult:
+        """Pick the entry to restore into a slot about to process `tokens_new`, or none.
+
+        Baseline = what the slot already holds (f_keep -1 for an empty slot, so any entry passing the
+        floor wins). Entries are scanned oldest -> newest; an entry below the 0.25 f_keep floor is
+        skipped ("don't trash large prompts"); otherwise it becomes the best only if it is strictly
+        better on both f_keep and f_sim than the running best. This sequential test is order
+        dependent (spec Appendix B) and is kept as is. Nothing is removed here: see `restore`/`take`."""
+        slot_tokens = as_tokens(slot_tokens)
+        tokens_new = as_tokens(tokens_new)
+        n_slot = int(slot_tokens.shape[0])
+        n_new = int(tokens_new.shape[0])
+
+        lcp_base = common_prefix(slot_tokens, tokens_new)
+        f_keep_base = f32_ratio(lcp_base, n_slot) if n_slot > 0 else np.float32(-1.0)
+        f_sim_base = f32_ratio(lcp_base, n_new)
+        self._emit("cache_load_base", "TRC", "load",
+                   " - looking for better prompt, base f_keep = %.3f, f_sim = %.3f"
+                   % (float(f_keep_base), float(f_sim_base)),
+                   lcp=lcp_base, f_keep=f_keep_base, f_sim=f_sim_base, n_tokens=n_slot)
+
+        f_keep_best, f_sim_best = f_keep_base, f_sim_base
+        best: Optional[CacheEntry] = None
+        scores: list[EntryScore] = []
+        for e in self.entries:
+            n_e = e.n_tokens()
+            lcp = common_prefix(e.tokens, tokens_new)
+            f_keep = f32_ratio(lcp, n_e)
+            f_sim = f32_ratio(lcp, n_new)
+            self._emit("cache_load_score", "TRC", "load",
+                       "   - prompt with length %7d, lcp = %7d, f_keep = %.3f, f_sim = %.3f"
+                       % (n_e, lcp, float(f_keep), float(f_sim)),
+                       entry=e, entry_id=e.id, n_tokens=n_e, lcp=lcp, f_keep=f_keep, f_sim=f_sim)
+            below = bool(f_keep < F_KEEP_FLOOR)
+            improved = (not below) and bool(f_keep_best < f_keep) and bool(f_sim_best < f_sim)
+            if improved:
+                f_keep_best, f_sim_best, best = f_keep, f_sim, e
+            scores.append(EntryScore(e, n_e, lcp, f_keep, f_sim, below, improved))
+
+        scores = [dataclasses.replace(s, winner=True) if s.entry is best and best is not None else s
+                  for s in scores]
+        result = LoadResult(best, lcp_base, f_keep_base, f_sim_base, f_keep_best, f_sim_best,
+                            tuple(scores))
+        if best is not None:
+            self._emit("cache_load_found", "TRC", "load",
+                       " - found better prompt with f_keep = %.3f, f_sim = %.3f"
+                       % (float(f_keep_best), float(f_sim_best)),
+                       entry=best, entry_id=best.id, f_keep=f_keep_best, f_sim=f_sim_best)
+        self._emit("cache_load_scores", "TRC", "load", "", result=result,
+                   winner_id=None if best is None else best.id)
+        return result
+
+    def restore(
+        self,
+        entry: CacheEntry,
+        set_tgt: Callable[[Buffer], int],
+        set_dft: Optional[Callable[[Buffer], int]] = None,
+    ) -> bool:
+        """The restoring half of the server's `load` for the winner, with the context calls injected.
+
+        `set_tgt(buf)` / `set_dft(buf)` must return what `llama_state_seq_set_data_ext` returns (bytes
+        read; anything else than `len(buf)` is a failure). On success the entry is taken out of the
+        cache (remove-on-load) and the caller moves its tokens and checkpoints into the slot. Exactly
+        as in the C++, a failed draft restore leaves the entry cached with its `main` already freed."""
+        size = nbytes(entry.main)
+        if set_tgt(entry.main) != size:
+            self._emit("cache_restore_failed", "ERR", "load",
+                       "failed to restore state with size %d" % size,
+                       entry=entry, entry_id=entry.id, which="tgt", size=size)
+            return False
+        entry.release_main()
+
+        if nbytes(entry.drft) > 0:
+            if set_dft is None:  # GGML_ASSERT(ctx_dft) in the server
+                raise AssertionError("cache entry has draft state but no draft context was given")
+            size = nbytes(entry.drft)
+            if set_dft(entry.drft) != size:
+                self._emit("cache_restore_failed", "WRN", "load",
+                           "failed to restore state with size %d" % size,
+                           entry=entry, entry_id=entry.id, which="dft", size=size)
+                return False
+            entry.release_drft()
+
+        self.take(entry)
+        return True
+
+    def take(self, entry: CacheEntry) -> CacheEntry:
+        """Remove `entry` from the cache and return it (remove-on-load: a hit is never kept)."""
+        for i, e in enumerate(self.entries):
+            if e is entry:
+                del self.entries[i]
+                break
+        else:
+            raise KeyError(f"cache entry {entry.id} is not in the cache")
+        self._emit("cache_evict", "TRC", "load", "", reason="loaded", entry=entry, entry_id=entry.id,
+                   n_tokens=entry.n_tokens(), size=entry.size())
+        return entry
+
+    # -- update (ST:1870-1905) ----------------------------------------------------------------
+
+    def update(self) -> int:
+        """Enforce the byte limit, then the token limit, FIFO; return the token cap used.
+
+        The token cap is `max(limit_tokens, limit_size / average bytes per token)` (float32, truncated),
+        so a byte budget can only raise it above `n_ctx`; without a byte budget `n_ctx` is a hard cap
+        on the total tokens cached. Note that `alloc` only guarantees the byte limit: the token limit
+        waits for the next `update()`."""
+        return self._update("byte_limit")
+
+    def _update(self, _byte_reason: str) -> int:
+        """`update()`; `_byte_reason` labels the byte-limit evictions ("shrink" after a failed alloc)."""
+        if self.limit_size > 0:
+            while self.entries and self.size() > self.limit_size:
+                self._evict_front(
+                    _byte_reason, "WRN", "update",
+                    " - cache size limit reached, removing oldest entry (size = %.3f MiB)"
+                    % (self.entries[0].size() / MIB))
+
+        limit_tokens_cur = self.token_limit_estimate()
+        self.limit_tokens_cur = limit_tokens_cur
+
+        if self.limit_tokens > 0:
+            while self.entries and self.n_tokens() > limit_tokens_cur:
+                self._evict_front(
+                    "token_limit", "WRN", "update",
+                    " - cache token limit (%d, est: %d) reached, removing oldest entry (size = %.3f MiB)"
+                    % (self.limit_tokens, limit_tokens_cur, self.entries[0].size() / MIB))
+
+        self._emit("cache_state", "TRC", "update",
+                   " - cache state: %d prompts, %.3f MiB (limits: %.3f MiB, %d tokens, %d est)"
+                   % (len(self.entries), self.size() / MIB, self.limit_size / MIB,
+                      self.limit_tokens, limit_tokens_cur),
+                   n_entries=len(self.entries), size=self.size(), n_tokens=self.n_tokens(),
+                   limit_size=self.limit_size, limit_tokens=self.limit_tokens,
+                   limit_tokens_cur=limit_tokens_cur)
+        for e in self.entries:
+            self._emit("cache_state_entry", "TRC", "update",
+                       "   - prompt 0x%012x: %7d tokens, checkpoints: %2d, %9.3f MiB"
+                       % (e.id, e.n_tokens(), len(e.checkpoints), e.size() / MIB),
+                       entry=e, entry_id=e.id, n_tokens=e.n_tokens(),
+                       n_checkpoints=len(e.checkpoints), size=e.size())
+        return limit_tokens_cur
+
+    def size_per_token(self) -> np.float32:
+        """`max(1.0f, float(size()) / max(1, n_tokens()))` in float32."""
+        spt = f32_ratio(self.size(), max(1, self.n_tokens()))
+        one = np.float32(1.0)
+        return spt if one < spt else one  # std::max(a, b) == (a < b) ? b : a
+
+    def token_limit_estimate(self) -> int:
+        """`limit_tokens_cur` for the current contents (what `update()` would enforce now)."""
+        if self.limit_size <= 0:
+            return self.limit_tokens
+        est = np.float32(f32(self.limit_size) / self.size_per_token())
+        return max(self.limit_tokens, int(est))  # float -> size_t truncates
+
+
+def _readonly_copy(tokens: np.ndarray) -> np.ndarray:
+    out = np.array(tokens, dtype=np.int32, copy=True)
+    out.flags.writeable = False
+    return out
