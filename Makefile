@@ -57,6 +57,7 @@ lab: install
 info: install
 	$(BIN)/slotlab info
 
+# the whole suite: tests/ (real model, golden data) and every notebook under nbval (see pyproject)
 test: install
 	$(BIN)/python -m pytest
 
