@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_tokens", "common_prefix", "is_prefix"]
+__all__ = ["ServerTokens", "as_tokens", "common_prefix", "is_prefix"]
 
 
 def as_tokens(tokens: Any, *, copy: bool = False) -> np.ndarray:
@@ -44,3 +44,73 @@ def common_prefix(a: Any, b: Any) -> int:
 def is_prefix(a: Any, b: Any) -> bool:
     """True if `a` is a prefix of (or equal to) `b`: the server's test `lcp(a, b) == len(a)`."""
     return common_prefix(a, b) == np.asarray(a).shape[0]
+
+
+class ServerTokens:
+    """A slot's `prompt.tokens`: exactly the tokens whose KV is in the slot's sequence.
+
+    A growable int32 buffer (appends are amortised O(1), `view()` is a no-copy array for LCP), text
+    only, so `pos_next(n) == n` and `size_up_to_pos(p) == min(p, size)`."""
+
+    __slots__ = ("_buf", "_n")
+
+    def __init__(self, tokens: Any = ()):
+        arr = as_tokens(tokens)
+        self._buf = np.empty(max(16, arr.shape[0]), dtype=np.int32)
+        self._buf[: arr.shape[0]] = arr
+        self._n = int(arr.shape[0])
+
+    def __len__(self) -> int:
+        return self._n
+
+    def view(self) -> np.ndarray:
+        """The tokens as an array view (valid until the next mutation)."""
+        return self._buf[: self._n]
+
+    def copy(self) -> np.ndarray:
+        return self._buf[: self._n].copy()
+
+    def tolist(self) -> list[int]:
+        return self._buf[: self._n].tolist()
+
+    def _grow(self, n: int) -> None:
+        if n > self._buf.shape[0]:
+            buf = np.empty(max(n, 2 * self._buf.shape[0]), dtype=np.int32)
+            buf[: self._n] = self._buf[: self._n]
+            self._buf = buf
+
+    def push_back(self, token: int) -> None:
+        self._grow(self._n + 1)
+        self._buf[self._n] = token
+        self._n += 1
+
+    def extend(self, tokens: Any) -> None:
+        arr = as_tokens(tokens)
+        self._grow(self._n + arr.shape[0])
+        self._buf[self._n: self._n + arr.shape[0]] = arr
+        self._n += int(arr.shape[0])
+
+    def set_token(self, i: int, token: int) -> None:
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        self._buf[i] = token
+
+    def keep_first(self, n: int) -> None:
+        if n < self._n:
+            self._n = max(0, int(n))
+
+    def clear(self) -> None:
+        self._n = 0
+
+    def assign(self, tokens: Any) -> None:
+        self._n = 0
+        self.extend(tokens)
+
+    def pos_next(self, n: int | None = None) -> int:
+        return self._n if n is None else int(n)
+
+    def size_up_to_pos(self, pos: int) -> int:
+        return min(int(pos), self._n)
+
+    def get_common_prefix(self, other: Any) -> int:
+        return common_prefix(self.view(), other)

@@ -1,0 +1,120 @@
+"""Context checkpoints (`--ctx-checkpoints`, `--checkpoint-min-step`; spec 3.5 and 4).
+
+A memory that cannot be truncated (Gemma 3's sliding window without `--swa-full`, recurrent models)
+loses the states needed to continue from an earlier position. The server therefore snapshots the
+non-rewindable part (PARTIAL_ONLY state) while processing a prompt, before the batch is decoded, and
+restores the newest usable snapshot when a later request diverges inside the slot."""
+
+from __future__ import annotations
+
+from slotlab.engine.prompt_cache import Checkpoint
+from slotlab.llama import STATE_SEQ_FLAGS_PARTIAL_ONLY, SeqRmType
+
+MIB = 1024.0 * 1024.0
+
+
+class CheckpointPolicy:
+    def __init__(self, engine):
+        self.engine = engine
+        p = engine.params
+        self.n_max = p.ctx_checkpoints
+        self.min_step = p.checkpoint_min_step
+        ctx = engine.ctx
+        self.memory_needs = ctx.seq_rm_type in (SeqRmType.FULL, SeqRmType.RS) or engine.n_swa > 0
+        # the server's function-static offsets, fixed with the n_ubatch of the first use
+        self.offsets = (min(ctx.n_batch, 4 + ctx.n_ubatch), min(ctx.n_batch, 4))
+
+    def gate(self, task) -> bool:
+        """`do_checkpoint` before the token loop (spec 4.2 steps 1-3; only COMPLETION tasks exist here)."""
+        return self.n_max > 0 and self.memory_needs
+
+    def cut(self, n_prompt: int, n_have: int, n_add: int) -> int:
+        """The tail-offset break of the token loop: stop right after the token that leaves exactly
+        `4 + n_ubatch` or `4` prompt tokens to go (the check follows each push)."""
+        best = n_add
+        for off in self.offsets:
+            p = n_prompt - off
+            if n_have < p <= n_have + n_add:
+                best = min(best, p - n_have)
+        return best
+
+    def maybe_create(self, slot, n_tokens_cur: int, n_tokens_start: int, near_prompt_end: bool) -> None:
+        e = self.engine
+        mem_min, mem_max = e.ctx.seq_pos_min(slot.id), e.ctx.seq_pos_max(slot.id)
+        if mem_min < 0:
+            return
+        ck = slot.checkpoints
+        if not (not ck or near_prompt_end or n_tokens_start > ck[-1].n_tokens + self.min_step):
+            return
+        self.create(slot, n_tokens_cur, mem_min, mem_max)
+
+    def create(self, slot, n_tokens_cur: int, pos_min: int, pos_max: int) -> None:
+        """`create_checkpoint` (spec 4.3): too-close eviction, FIFO cap, supersede, append."""
+        e, ck, id_task = self.engine, slot.checkpoints, slot.task.id
+        last = -1
+        i = 0
+        while len(ck) + 1 >= self.n_max and i < len(ck):
+            c = ck[i]
+            if c.id_task != id_task and last >= 0 and c.n_tokens <= last + self.min_step:
+                e._emit("checkpoint_evict", "erasing context checkpoint too close to an earlier one (pos_min = "
+                        f"{c.pos_min}, pos_max = {c.pos_max}, n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)",
+                        slot=slot, reason="too_close", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
+                del ck[i]
+                continue
+            last = c.n_tokens
+            i += 1
+        while len(ck) >= self.n_max:
+            c = ck.pop(0)
+            e._emit("checkpoint_evict", f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
+                    f"n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)", level="WRN", slot=slot, reason="fifo",
+                    n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
+        n_new = len(slot.tokens) - n_tokens_cur
+        for c in [c for c in ck if c.n_tokens == n_new]:
+            e._emit("checkpoint_evict", f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot,
+                    reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
+            ck.remove(c)
+        data = e.ctx.state_seq_get(slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY).copy()
+        c = Checkpoint(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, id_task=id_task, data_tgt=data)
+        ck.append(c)
+        e._emit("checkpoint_created", f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
+                f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot,
+                n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, size=c.size())
+
+    def restore(self, slot, n_past: int, pos_next: int, pos_min_thold: int) -> tuple[int, int]:
+        """The memory no longer holds what `n_past` needs: restore the newest usable checkpoint or
+        force full re-processing (spec 3.5). Returns (n_past, pos_next)."""
+        e = self.engine
+        found = None
+        for c in reversed(slot.checkpoints):
+            e._emit("checkpoint_check", f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
+                    slot=slot)
+            if c.pos_max > pos_next:
+                continue
+            if c.pos_min < pos_min_thold or c.pos_min == 0:
+                found = c
+                break
+        if found is None:
+            e._emit("checkpoint_none", "forcing full prompt re-processing due to lack of cache data (likely due to SWA "
+                    "or hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)",
+                    slot=slot)
+            return 0, 0
+        n = e.ctx.state_seq_set(found.data_tgt, slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        if n != len(found.data_tgt):
+            raise RuntimeError(f"checkpoint size mismatch: expected {len(found.data_tgt)}, got {n}")
+        pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
+        n_past = min(slot.tokens.size_up_to_pos(pos_next), found.n_tokens)
+        e._emit("checkpoint_restored", f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
+                f"n_tokens = {found.n_tokens}, n_past = {n_past}, size = {found.size() / MIB:.3f} MiB)", slot=slot,
+                n_tokens=found.n_tokens, n_past=n_past)
+        return n_past, pos_next
+
+    def erase_invalidated(self, slot, pos_next: int) -> None:
+        e, keep = self.engine, []
+        for c in slot.checkpoints:
+            if c.pos_max > pos_next:
+                e._emit("checkpoint_evict", f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
+                        f"{c.pos_max}, n_tokens = {c.n_tokens}, n_swa = {e.n_swa}, pos_next = {pos_next}, size = "
+                        f"{c.size() / MIB:.3f} MiB)", slot=slot, reason="invalidated", n_tokens=c.n_tokens)
+            else:
+                keep.append(c)
+        slot.checkpoints = keep

@@ -1,0 +1,132 @@
+"""Trace replay: the same requests, in the same order, as the golden-trace recorder sends them to
+the real llama-server, and the same JSON answer (`slotlab replay TRACE --json`).
+
+A trace is `{"flags": [...llama-server flags], "requests": [...]}`. A request is
+`{"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
+"wait": bool}` or a slot action `{"action": "save"|"restore"|"erase", "id_slot": int, "filename": str}`.
+Requests run greedy with `ignore_eos`. `"wait": false` moves on as soon as the request occupies a
+slot (or has finished); everything else waits for the answer."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from slotlab.errors import SlotlabError
+
+_REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
+               "wait": bool, "temperature": (int, float), "seed": int}
+_ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
+
+
+class TraceError(SlotlabError, ValueError):
+    """A malformed trace file; the message names the line or the request and field."""
+
+
+@dataclass
+class Trace:
+    flags: list[str]
+    requests: list[dict]
+    path: str | None = None
+
+
+def parse_trace(data: Any, path: str | None = None) -> Trace:
+    where = path or "trace"
+    if not isinstance(data, dict):
+        raise TraceError(f"{where}: a trace is a JSON object with \"flags\" and \"requests\"")
+    flags = data.get("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise TraceError(f"{where}: \"flags\" must be a list of strings (llama-server flags)")
+    reqs = data.get("requests")
+    if not isinstance(reqs, list) or not reqs:
+        raise TraceError(f"{where}: \"requests\" must be a non-empty list")
+    for i, r in enumerate(reqs):
+        if not isinstance(r, dict):
+            raise TraceError(f"{where}: requests[{i}] must be an object")
+        fields = _ACT_FIELDS if "action" in r else _REQ_FIELDS
+        for k, v in r.items():
+            if k not in fields:
+                raise TraceError(f"{where}: requests[{i}]: unknown field \"{k}\"")
+            t = fields[k]
+            if isinstance(v, bool) and t is int or not isinstance(v, t):
+                raise TraceError(f"{where}: requests[{i}].{k}: expected {getattr(t, '__name__', 'number')}, got {v!r}")
+        if "action" in r:
+            if r["action"] not in ("save", "restore", "erase"):
+                raise TraceError(f"{where}: requests[{i}].action must be save, restore or erase")
+            if "id_slot" not in r:
+                raise TraceError(f"{where}: requests[{i}]: a slot action needs \"id_slot\"")
+        elif "prompt" not in r:
+            raise TraceError(f"{where}: requests[{i}]: a request needs \"prompt\" (or \"action\")")
+        elif r.get("n_predict", -1) < -1:
+            raise TraceError(f"{where}: requests[{i}].n_predict must be >= -1")
+    return Trace(list(flags), list(reqs), path)
+
+
+def load_trace(path: str | Path) -> Trace:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TraceError(f"cannot read trace {path}: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{path}: line {e.lineno}, column {e.colno}: {e.msg}") from None
+    return parse_trace(data, str(path))
+
+
+def request_result(task) -> dict:
+    """One request's answer in the golden JSON schema."""
+    if task.error is not None:
+        return {"status": task.error.code, "id_slot": task.id_slot, "cache_n": None, "prompt_n": None,
+                "tokens_evaluated": None, "tokens_cached": None, "content": None, "error": task.error.to_json()}
+    r = task.result
+    return {"status": 200, "id_slot": r["id_slot"], "cache_n": r["timings"]["cache_n"],
+            "prompt_n": r["timings"]["prompt_n"], "tokens_evaluated": r["tokens_evaluated"],
+            "tokens_cached": r["tokens_cached"], "content": r["content"], "error": None}
+
+
+def action_result(action: str, task) -> dict:
+    if task.error is not None:
+        return {"action": action, "status": task.error.code, "reply": {"error": task.error.to_json()}}
+    return {"action": action, "status": 200, "reply": task.result}
+
+
+def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, int], None] | None = None,
+           slot_save_path: str | None = None) -> dict:
+    """Replay `trace` on a new engine (or `engine`) in step mode; returns {"flags", "results", "engine"}."""
+    from slotlab.engine.scheduler import Engine
+
+    flags = list(trace.flags)
+    tmp = None
+    if engine is None:
+        if "--slot-save-path" not in flags:
+            tmp = tempfile.TemporaryDirectory(prefix="slotlab-slots-")
+            flags += ["--slot-save-path", slot_save_path or tmp.name]
+        engine = Engine(flags, model=model)
+    tasks: list[tuple[dict, Any]] = []
+    n = len(trace.requests)
+    for i, r in enumerate(trace.requests):
+        if "action" in r:
+            t = engine.slot_action(r["action"], r["id_slot"], r.get("filename"))
+        else:
+            t = engine.submit(r["prompt"], n_predict=r.get("n_predict", -1), id_slot=r.get("id_slot", -1),
+                              cache_prompt=r.get("cache_prompt"), n_cache_reuse=r.get("n_cache_reuse"),
+                              temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF), ignore_eos=True)
+        tasks.append((r, t))
+        if r.get("wait", True):
+            engine.run_until(lambda: t.done)
+        else:
+            from slotlab.engine.task import TaskState
+
+            engine.run_until(lambda: t.done or t.state is TaskState.RUNNING)
+        if progress:
+            progress(i + 1, n)
+    engine.run_until_idle()
+    results = [action_result(r["action"], t) if "action" in r else request_result(t) for r, t in tasks]
+    if tmp is not None:
+        tmp.cleanup()
+    return {"flags": trace.flags, "results": results, "engine": engine}

@@ -1,0 +1,92 @@
+"""Tasks (what a request becomes in the server's queue) and their results."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class TaskType(enum.Enum):
+    COMPLETION = "completion"
+    SLOT_SAVE = "slot_save"
+    SLOT_RESTORE = "slot_restore"
+    SLOT_ERASE = "slot_erase"
+
+
+class TaskState(enum.Enum):
+    QUEUED = "queued"
+    DEFERRED = "deferred"
+    RUNNING = "running"  # launched into a slot
+    DONE = "done"
+
+
+@dataclass
+class TaskParams:
+    """The request fields slotlab models (names as in the server's JSON)."""
+
+    n_predict: int = -1
+    temperature: float = 0.0
+    seed: int = 0xFFFFFFFF
+    ignore_eos: bool = False
+    cache_prompt: bool = True
+    n_cache_reuse: int = 0
+    id_slot: int = -1
+
+
+@dataclass
+class TaskError:
+    code: int
+    message: str
+    type: str
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "message": self.message, "type": self.type}
+
+
+@dataclass(eq=False)
+class Task:
+    id: int
+    type: TaskType
+    tokens: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    params: TaskParams = field(default_factory=TaskParams)
+    # slot actions
+    action_slot: int = -1
+    filename: str | None = None
+    # lifecycle
+    state: TaskState = TaskState.QUEUED
+    id_slot: int = -1  # the slot it ran in
+    result: dict | None = None
+    error: TaskError | None = None
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def done(self) -> bool:
+        return self.state is TaskState.DONE
+
+    def finish(self, result: dict | None = None, error: TaskError | None = None) -> None:
+        self.result, self.error = result, error
+        self.state = TaskState.DONE
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Block until done (live mode); returns the result or raises the task's error."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"task {self.id} not done after {timeout} s")
+        if self.error is not None:
+            from slotlab.errors import SlotlabError
+
+            raise SlotlabError(f"task {self.id}: {self.error.message} ({self.error.type}, HTTP {self.error.code})")
+        return self.result  # type: ignore[return-value]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type.value, "state": self.state.value, "id_slot": self.id_slot,
+                "n_tokens": self.n_tokens, "result": self.result,
+                "error": None if self.error is None else self.error.to_json()}
