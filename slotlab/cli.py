@@ -100,14 +100,61 @@ def cmd_lab(argv: list[str]) -> int:
     return 0  # pragma: no cover
 
 
-COMMANDS = {"info": cmd_info, "lab": cmd_lab}
+def cmd_replay(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab replay", description="Replay a request trace the way llama-server "
+                                 "would serve it and report each request's slot and cache reuse.")
+    ap.add_argument("trace", help="trace JSON: {\"flags\": [...], \"requests\": [...]}")
+    ap.add_argument("-m", "--model", help="GGUF model (default: the embedded Gemma 3 270M)")
+    ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
+    ap.add_argument("--events", help="also write every engine event as JSON lines to this file")
+    args = ap.parse_args(argv)
+    from slotlab.engine.replay import load_trace, replay
+
+    trace = load_trace(args.trace)
+    if args.model:
+        trace.flags = [*trace.flags, "-m", args.model]
+    tty = sys.stderr.isatty()
+
+    def progress(i: int, n: int) -> None:
+        bar = "#" * (30 * i // n)
+        print(f"\rreplaying {i:4d}/{n} [{bar:<30}]", end="" if i < n else "\n", file=sys.stderr, flush=True) \
+            if tty or i == n else None
+
+    out = replay(trace, progress=progress)
+    eng = out.pop("engine")
+    if args.events:
+        eng.events.to_jsonl(args.events)
+    if args.json:
+        print(json.dumps(out, indent=1, ensure_ascii=False))
+        return 0
+    print(f"{'#':>3} {'kind':<8} {'slot':>4} {'status':>6} {'cached':>7} {'prefill':>7} {'tokens':>7}  detail")
+    for i, (req, r) in enumerate(zip(trace.requests, out["results"])):
+        if "action" in r:
+            rep = r["reply"]
+            det = rep.get("error", {}).get("message") if r["status"] != 200 else json.dumps(
+                {k: v for k, v in rep.items() if k not in ("timings", "id_slot")})
+            print(f"{i:>3} {r['action']:<8} {req['id_slot']:>4} {r['status']:>6} {'':>7} {'':>7} {'':>7}  {det}")
+        elif r["status"] != 200:
+            print(f"{i:>3} {'request':<8} {'-':>4} {r['status']:>6} {'':>7} {'':>7} {'':>7}  {r['error']['message']}")
+        else:
+            print(f"{i:>3} {'request':<8} {r['id_slot']:>4} {r['status']:>6} {r['cache_n']:>7} {r['prompt_n']:>7} "
+                  f"{r['tokens_evaluated']:>7}  {req['prompt'][:40]!r}")
+    m = eng.metrics
+    print(f"prompt tokens: {m.prompt_tokens_cached_total} reused from cache, {m.prompt_tokens_total} processed; "
+          f"hit rate {m.hit_rate:.1%}")
+    eng.close()
+    return 0
+
+
+COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: slotlab {info,lab} ...\n  info  print model, context, slot configuration and build capabilities\n"
-              "  lab   start JupyterLab on the notebooks (settings and workspace in lab/)")
+        print("usage: slotlab {info,lab,replay} ...\n  info    print model, context, slot configuration and build capabilities\n"
+              "  lab     start JupyterLab on the notebooks (settings and workspace in lab/)\n"
+              "  replay  replay a request trace as llama-server would serve it (--json for the golden schema)")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:
         return COMMANDS[argv[0]](argv[1:])

@@ -56,6 +56,7 @@ class Engine:
         else:
             params = ServerParams.from_args(params, **overrides)
         self.params = params
+        self._owns_ctx, self._owns_model = backend is None, backend is None and model is None
         self.backend = backend or load(params, model=model)
         self.model, self.ctx = self.backend.model, self.backend.ctx
         self.events = EventBus()
@@ -254,9 +255,14 @@ class Engine:
             raise EngineDied(f"the engine thread died: {self.died!r}") from self.died
 
     def close(self) -> None:
+        """Stop the thread and free what this engine created (a model passed in stays open)."""
         self.stop()
         for s in self.slots:
             s.reset()
+        if self._owns_ctx:
+            self.ctx.close()
+        if self._owns_model:
+            self.model.close()
 
     # ------------------------------------------------------------------ queue (server-queue.cpp)
 

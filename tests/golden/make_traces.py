@@ -1,0 +1,114 @@
+"""Write the scenario traces in tests/golden/traces/ (deterministic text, no randomness).
+
+    python -m tests.golden.make_traces && python -m tests.golden.record_traces
+
+Follow-up prompts are built from fixed text, never from generated text, so a request's decisions do
+not depend on what the model wrote earlier (generation can differ slightly between batch shapes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+DIR = Path(__file__).with_name("traces")
+SWA = ["--swa-full"]  # isolate the scheduler and the cache from checkpoints (see the issue)
+
+TOPICS = ["rivers", "lighthouses", "volcanoes", "bread baking", "chess openings", "tidal pools", "glaciers",
+          "beekeeping", "radio astronomy", "origami", "sourdough", "caves"]
+
+
+def doc(topic: str, n_sentences: int, seed: int = 0) -> str:
+    """A deterministic paragraph about `topic` (about 12 tokens a sentence)."""
+    return " ".join(f"Note {seed}.{i} on {topic}: item {i * 7 + seed} is filed under shelf {i % 5} for later." for i in range(n_sentences))
+
+
+def chat(system: str, turns: list[tuple[str, str]], user: str) -> str:
+    s = f"System: {system}\n"
+    for u, a in turns:
+        s += f"User: {u}\nAssistant: {a}\n"
+    return s + f"User: {user}\nAssistant:"
+
+
+def req(prompt: str, n_predict: int = 4, **kw) -> dict:
+    return {"prompt": prompt, "n_predict": n_predict, **kw}
+
+
+def traces() -> dict[str, dict]:
+    t: dict[str, dict] = {}
+    sys_a = "You are a concise travel assistant. " + doc("travel", 3)
+    sys_b = "You are a helpful cooking assistant. " + doc("kitchens", 3)
+    a1, a2, a3 = "Where should I go in May?", "Is Lisbon too hot then?", "What about Porto instead?"
+    b1, b2 = "How do I proof bread?", "And at high altitude?"
+    # 1. interleaved multi-user chats on the server defaults (4 slots, unified, 8 GiB cache)
+    t["multi_user_chat"] = {"flags": ["-c", "8192", *SWA], "requests": [
+        req(chat(sys_a, [], a1), 6),
+        req(chat(sys_b, [], b1), 6),
+        req(chat(sys_a, [(a1, "Portugal.")], a2), 6),
+        req("Translate to French: the cat sleeps on the warm windowsill.", 4),
+        req(chat(sys_b, [(b1, "Let it rise.")], b2), 6),
+        req(chat(sys_a, [(a1, "Portugal."), (a2, "It is mild.")], a3), 6),
+        req(chat(sys_b, [(b1, "Let it rise."), (b2, "Longer.")], "Thanks!"), 6),
+    ]}
+    # 2. FIFO eviction by bytes: a 6 MiB cache, ~2.5 MiB entries
+    t["cache_ram_fifo_bytes"] = {"flags": ["-np", "1", "-c", "4096", "--cache-ram", "6", *SWA], "requests": [
+        req(doc(topic, 7, i), 2) for i, topic in enumerate(TOPICS[:6])] + [req(doc(TOPICS[4], 7, 4) + " More?", 2)]}
+    # 3. --cache-ram -1: no byte limit, the total is capped at n_ctx tokens
+    t["cache_ram_unlimited_token_cap"] = {"flags": ["-np", "1", "-c", "1024", "--cache-ram", "-1", *SWA], "requests": [
+        req(doc(topic, 12, i), 2) for i, topic in enumerate(TOPICS[:7])]}
+    # 4. high similarity threshold: a follow-up sharing 60 % no longer picks the slot by LCP
+    base = doc("glaciers", 6)
+    t["sps_high"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", "-sps", "0.9", *SWA], "requests": [
+        req(base, 3), req(base + " " + doc("moraines", 4, 1), 3), req(base + " Summarize.", 3)]}
+    # 5. similarity selection off: LRU only, every request saves and loads through the cache
+    t["sps_zero"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", "-sps", "0", *SWA], "requests": [
+        req(base, 3), req(doc("caves", 5), 3), req(base + " Summarize.", 3), req(doc("caves", 5) + " Why?", 3)]}
+    # 6. non-unified KV: idle slots keep their KV, the cache deduplicates repeated saves
+    t["non_unified_idle_keep"] = {"flags": ["-np", "2", "-c", "4096", *SWA], "requests": [
+        req(doc("beekeeping", 5), 3), req(doc("origami", 5), 3), req(doc("beekeeping", 5) + " Next?", 3),
+        req(doc("sourdough", 5), 3), req(doc("origami", 5) + " Fold?", 3)]}
+    # 7. id_slot: an empty requested slot (f_keep = 0/0 = NaN: no cache load), a wrapped id, a busy slot
+    t["id_slot"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", *SWA], "requests": [
+        req(doc("rivers", 5), 3),
+        req(doc("rivers", 5) + " More?", 3, id_slot=0),
+        req(doc("volcanoes", 5), 3, id_slot=-1),
+        req(doc("volcanoes", 5) + " Why?", 3, id_slot=3),
+        req(doc("tidal pools", 5), 24, wait=False),
+        req(doc("tidal pools", 5) + " Where?", 3, id_slot=0),  # slot 0 is busy: saved, then deferred
+    ]}
+    # 8/9. the sequential two-axis rule is order dependent (spec appendix B): A (80 tok, lcp 60) and
+    # B (300 tok, lcp 90) for a new 100-token prompt; which one loads depends on which was cached first
+    new = doc("chess openings", 9)
+    a = doc("chess openings", 5) + " " + doc("zz", 2, 9)
+    b = doc("chess openings", 8) + " " + doc("endgames", 20, 3)
+    filler = doc("unrelated weather", 3)
+    flags_b = ["-np", "2", "-kvu", "-c", "4096", "-sps", "0", *SWA]
+    t["two_axis_order_ab"] = {"flags": flags_b, "requests": [req(a, 1), req(b, 1), req(filler, 1), req(new, 2)]}
+    t["two_axis_order_ba"] = {"flags": flags_b, "requests": [req(b, 1), req(a, 1), req(filler, 1), req(new, 2)]}
+    # 10/11. idle-slot caching on (default) and off
+    reqs = [req(doc("radio astronomy", 6), 3), req(doc("caves", 6), 3), req(doc("radio astronomy", 6) + " Next?", 3),
+            req(doc("glaciers", 6), 3), req(doc("caves", 6) + " Deeper?", 3)]
+    t["idle_slots_default"] = {"flags": ["-np", "3", "-kvu", "-c", "4096", *SWA], "requests": reqs}
+    t["idle_slots_off"] = {"flags": ["-np", "3", "-kvu", "-c", "4096", "--no-cache-idle-slots", *SWA], "requests": reqs}
+    # 12. KV pressure in a unified pool: the idle slot is purged so the new prompt fits
+    t["kv_pressure_purge"] = {"flags": ["-np", "2", "-kvu", "-c", "1024", "--no-cache-idle-slots", "-b", "512", *SWA],
+                              "requests": [req(doc("volcanoes", 40), 2), req(doc("beekeeping", 26), 2),
+                                           req(doc("volcanoes", 40) + " Again?", 2)]}
+    # 13. concurrency with "wait": false: the third request is deferred until a slot is released
+    t["concurrent_deferred"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", *SWA], "requests": [
+        req(doc("sourdough", 4), 16, wait=False), req(doc("glaciers", 4), 16, wait=False),
+        req(doc("sourdough", 4) + " Crumb?", 3), req(doc("glaciers", 4) + " Melt?", 3)]}
+    # 14. bad input: a prompt longer than the slot context, then a normal request
+    t["prompt_too_long"] = {"flags": ["-np", "2", "-c", "1024", *SWA], "requests": [
+        req(doc("rivers", 60), 2), req(doc("rivers", 3), 2)]}
+    return t
+
+
+def main() -> None:
+    DIR.mkdir(exist_ok=True)
+    for name, tr in traces().items():
+        (DIR / f"{name}.json").write_text(json.dumps(tr, indent=1) + "\n")
+        print(name, len(tr["requests"]))
+
+
+if __name__ == "__main__":
+    main()

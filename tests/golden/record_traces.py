@@ -1,0 +1,94 @@
+"""Record golden traces from the real llama-server (built by `make llama-server`).
+
+    python -m tests.golden.record_traces [NAME ...]
+
+For every tests/golden/traces/NAME.json it starts llama-server with the trace's flags plus
+`--no-repack -t 2 -lv 4 --slot-save-path DIR`, sends the requests exactly as `slotlab replay` does
+(greedy, ignore_eos; `"wait": false` moves on once the request occupies a slot), and writes
+NAME.llama-server.json (the `slotlab replay --json` schema) and NAME.llama-server.log (the server's
+log, from which tests/golden/test_golden.py reads the RAM-cache decisions)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from slotlab.engine.replay import load_trace
+from slotlab.llama.model import default_model_path
+from tests.golden.llama_server import LlamaServer
+
+DIR = Path(__file__).with_name("traces")
+
+
+def _error(body) -> dict:
+    e = (body or {}).get("error", {}) if isinstance(body, dict) else {}
+    return {"code": e.get("code"), "message": e.get("message"), "type": e.get("type")}
+
+
+def _request_result(status: int, body: dict) -> dict:
+    if status != 200:
+        return {"status": status, "id_slot": None, "cache_n": None, "prompt_n": None, "tokens_evaluated": None,
+                "tokens_cached": None, "content": None, "error": _error(body)}
+    return {"status": 200, "id_slot": body["id_slot"], "cache_n": body["timings"]["cache_n"],
+            "prompt_n": body["timings"]["prompt_n"], "tokens_evaluated": body["tokens_evaluated"],
+            "tokens_cached": body["tokens_cached"], "content": body["content"], "error": None}
+
+
+def record(trace_path: Path) -> None:
+    trace = load_trace(trace_path)
+    name = trace_path.stem
+    slots_dir = tempfile.mkdtemp(prefix="golden-slots-")
+    log = DIR / f"{name}.llama-server.log"
+    results: list = [None] * len(trace.requests)
+    with LlamaServer(default_model_path(), [*trace.flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
+        threads = []
+        for i, r in enumerate(trace.requests):
+            if "action" in r:
+                body = {"filename": r["filename"]} if "filename" in r else {}
+                st, rep = srv.post(f"/slots/{r['id_slot']}?action={r['action']}", body)
+                results[i] = {"action": r["action"], "status": st, "reply": rep if st == 200 else {"error": _error(rep)}}
+                continue
+            req = {"prompt": r["prompt"], "n_predict": r.get("n_predict", -1), "temperature": r.get("temperature", 0.0),
+                   "ignore_eos": True, "id_slot": r.get("id_slot", -1)}
+            for k in ("cache_prompt", "n_cache_reuse", "seed"):
+                if k in r:
+                    req[k] = r[k]
+
+            def run(i=i, req=req):
+                st, body = srv.post("/completion", req)
+                results[i] = _request_result(st, body)
+
+            if r.get("wait", True):
+                run()
+                continue
+            _, before = srv.get("/slots")
+            seen = {s.get("id_task") for s in before if s.get("is_processing")}
+            th = threading.Thread(target=run)
+            th.start()
+            threads.append(th)
+            deadline = time.time() + 300
+            while th.is_alive() and time.time() < deadline:
+                _, cur = srv.get("/slots")
+                if any(s.get("is_processing") and s.get("id_task") not in seen for s in cur):
+                    break
+                time.sleep(0.002)
+        for th in threads:
+            th.join()
+    out = {"flags": trace.flags, "results": results}
+    (DIR / f"{name}.llama-server.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(f"{name}: {len(results)} results")
+
+
+def main(argv: list[str]) -> int:
+    names = argv or sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.name)
+    for n in names:
+        record(DIR / f"{n}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
