@@ -100,6 +100,18 @@ def traces() -> dict[str, dict]:
     # 14. bad input: a prompt longer than the slot context, then a normal request
     t["prompt_too_long"] = {"flags": ["-np", "2", "-c", "1024", *SWA], "requests": [
         req(doc("rivers", 60), 2), req(doc("rivers", 3), 2)]}
+    # default flags (no --swa-full): Gemma 3's sliding window makes context checkpoints decide n_past
+    t["defaults_chat_checkpoints"] = {"flags": ["-c", "8192"], "requests": [
+        req(chat(sys_a, [], a1) + " " + doc("itineraries", 30), 6),
+        req(chat(sys_a, [(a1 + " " + doc("itineraries", 30), "Portugal.")], a2), 6),
+        req(chat(sys_a, [(a1 + " " + doc("itineraries", 30), "Portugal."), (a2, "Mild.")], a3), 6),
+        req(chat(sys_a, [], a1) + " " + doc("itineraries", 12), 6),
+        req(doc("glaciers", 40), 4),
+        req(chat(sys_a, [(a1 + " " + doc("itineraries", 30), "Portugal.")], "Any festivals?"), 6),
+    ]}
+    t["defaults_single_slot_checkpoints"] = {"flags": ["-np", "1", "-c", "4096", "-ub", "128", "-b", "256"], "requests": [
+        req(doc("caves", 40), 3), req(doc("caves", 40) + " Deeper?", 3), req(doc("caves", 20) + " Shorter?", 3),
+        req(doc("caves", 30), 3), req(doc("caves", 2), 3)]}
     return t
 
 

@@ -1,0 +1,124 @@
+"""The engine on the real model: drivers, introspection and bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from slotlab.engine.scheduler import Engine, EngineDied
+from slotlab.engine.task import TaskState
+from slotlab.errors import ConfigError
+
+PROMPT = ("Note 1: the lighthouse keeper logs every passing ship in a blue book. " * 3).strip()
+
+
+@pytest.fixture
+def engine(model):
+    e = Engine(["-np", "2", "-kvu", "-c", "2048", "--cache-ram", "64", "--swa-full"], model=model)
+    yield e
+    e.close()
+
+
+def test_live_mode_matches_step_mode(model):
+    step = Engine(["-np", "2", "-c", "2048", "--swa-full"], model=model)
+    a = step.submit(PROMPT, n_predict=6)
+    b = step.submit(PROMPT + " And then?", n_predict=6)
+    step.run_until_idle()
+    live = Engine(["-np", "2", "-c", "2048", "--swa-full"], model=model)
+    live.start()
+    try:
+        la = live.submit(PROMPT, n_predict=6)
+        lb = live.submit(PROMPT + " And then?", n_predict=6)
+        ra, rb = la.wait(60), lb.wait(60)
+    finally:
+        live.stop()
+    assert (ra["id_slot"], ra["content"]) == (a.result["id_slot"], a.result["content"])
+    assert (rb["id_slot"], rb["content"]) == (b.result["id_slot"], b.result["content"])
+
+
+def test_second_turn_reuses_the_slot_and_metrics_count_it(engine):
+    t1 = engine.submit(PROMPT, n_predict=4)
+    engine.run_until_idle()
+    t2 = engine.submit(PROMPT + " Which ships?", n_predict=4)
+    engine.run_until_idle()
+    assert t2.result["id_slot"] == t1.result["id_slot"]
+    n1 = t1.result["tokens_evaluated"]
+    assert t2.result["timings"]["cache_n"] == n1  # the whole first prompt reused
+    assert t1.result["tokens_cached"] == n1 + 4 - 1  # the last sampled token is never decoded
+    m = engine.metrics
+    assert m.prompt_tokens_cached_total == n1
+    assert m.prompt_tokens_total == n1 + t2.result["timings"]["prompt_n"]
+    slots = engine.slots_json()
+    s = slots[t2.result["id_slot"]]
+    assert s["n_prompt_tokens"] == t2.result["tokens_cached"] and not s["is_processing"]
+    assert s["n_prompt_tokens_cache"] == 0  # stats are zeroed by release, as in the server
+
+
+def test_events_carry_server_log_text_and_export(engine, tmp_path):
+    engine.submit(PROMPT, n_predict=2)
+    engine.run_until_idle()
+    kinds = {e.kind for e in engine.events.log}
+    assert {"slot_selected_by_lru", "task_launched", "prompt_batch", "decode", "slot_release"} <= kinds
+    lru = engine.events.filter(["slot_selected_by_lru"])[0]
+    assert lru.message == "selected slot by LRU, t_last = -1" and lru.slot == 1
+    n = engine.events.to_jsonl(tmp_path / "ev.jsonl")
+    lines = (tmp_path / "ev.jsonl").read_text().splitlines()
+    assert n == len(lines) and json.loads(lines[0])["seq"] == 0
+
+
+def test_injected_allocation_failure_shrinks_the_cache(model):
+    calls = []
+
+    def allocate(n):
+        calls.append(n)
+        if len(calls) == 2:
+            raise MemoryError("injected")
+        return np.zeros(n, dtype=np.uint8)
+
+    e = Engine(["-np", "1", "-c", "2048", "--cache-ram", "64", "--swa-full", "-sps", "0"], model=model, allocate=allocate)
+    for topic in ("ships", "tides", "stars"):
+        e.submit(f"A long note about {topic}. " * 10, n_predict=2)
+        e.run_until_idle()
+    ev = [x for x in e.events.log if x.kind in ("cache_alloc_failed", "cache_limit_reduced")]
+    assert [x.kind for x in ev] == ["cache_alloc_failed", "cache_limit_reduced"]
+    assert e.cache.limit_size < 64 * 2**20
+    assert "cache size limit reduced to" in ev[1].message
+    e.close()
+
+
+def test_prompt_longer_than_slot_context(engine):
+    t = engine.submit("word " * 3000, n_predict=2)
+    engine.run_until_idle()
+    assert t.error.code == 400 and t.error.type == "exceed_context_size_error"
+    assert "exceeds the available context size (2048 tokens)" in t.error.message
+    assert all(not s.is_processing for s in engine.slots)
+
+
+def test_empty_token_prompt_and_bad_fields(engine):
+    t = engine.submit([], n_predict=2)
+    engine.run_until_idle()
+    assert t.result["content"] == "" and t.result["tokens_evaluated"] == 0
+    with pytest.raises(ConfigError, match="n_predict"):
+        engine.submit("hi", n_predict=-5)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.submit([1, 2, 10**9])
+
+
+def test_id_slot_wraps_like_the_server(engine):
+    t = engine.submit(PROMPT, n_predict=2, id_slot=5)  # 5 % 2 -> slot 1
+    u = engine.submit(PROMPT, n_predict=2, id_slot=-2)  # (2**64 - 2) % 2 -> slot 0
+    engine.run_until_idle()
+    assert (t.result["id_slot"], u.result["id_slot"]) == (1, 0)
+
+
+def test_dead_engine_thread_is_reported(engine):
+    engine.start()
+    engine.pause()
+    engine._process_prompt = None  # sabotage: the next prompt crashes the loop
+    t = engine.submit(PROMPT, n_predict=2)
+    engine.resume()
+    with pytest.raises(Exception, match="engine stopped"):
+        t.wait(30)
+    with pytest.raises(EngineDied):
+        engine.submit(PROMPT)
+    assert t.state is TaskState.DONE
