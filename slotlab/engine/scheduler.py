@@ -746,6 +746,19 @@ class Engine:
 
     # ------------------------------------------------------------------ introspection (spec 8)
 
+    def cache_json(self) -> dict:
+        """Beyond the server: the RAM cache's entries (oldest first), bytes and token limits."""
+        c = self.cache
+        if c is None:
+            return {"enabled": False}
+        return {
+            "enabled": True, "size": c.size(), "n_tokens": c.n_tokens(), "limit_size": c.limit_size,
+            "limit_tokens": c.limit_tokens, "limit_tokens_cur": c.limit_tokens_cur,
+            "entries": [{"id": e.id, "n_tokens": e.n_tokens(), "size": e.size(), "size_main": len(e.main),
+                         "n_checkpoints": len(e.checkpoints), "id_slot": e.id_slot, "id_task": e.id_task,
+                         "head": self.model.detokenize(e.tokens[1:9])} for e in c.entries],
+        }
+
     def slots_json(self) -> list[dict]:
         """`GET /slots`."""
         out = []
