@@ -28,23 +28,35 @@ class CheckpointPolicy:
         """`do_checkpoint` before the token loop (spec 4.2 steps 1-3; only COMPLETION tasks exist here)."""
         return self.n_max > 0 and self.memory_needs
 
-    def cut(self, n_prompt: int, n_have: int, n_add: int) -> int:
-        """The tail-offset break of the token loop: stop right after the token that leaves exactly
-        `4 + n_ubatch` or `4` prompt tokens to go (the check follows each push)."""
+    def cut(self, slot, spans, n_prompt: int, n_have: int, n_add: int) -> int:
+        """The two early breaks of the token loop, checked after each pushed token (spec 4.2): at a
+        user-message start (if it is the last user message, or there is no checkpoint yet, or it is
+        more than `checkpoint_min_step` past the last one), and when exactly `4 + n_ubatch` or `4`
+        prompt tokens remain. Returns how many tokens to add before the first break."""
         best = n_add
         for off in self.offsets:
             p = n_prompt - off
             if n_have < p <= n_have + n_add:
                 best = min(best, p - n_have)
+        starts = spans.user_starts()
+        if len(starts):
+            last_user = spans.last_user_message_pos()
+            ck = slot.checkpoints
+            for p in starts[(starts > n_have) & (starts <= n_have + best)]:
+                if p == last_user or not ck or p > ck[-1].n_tokens + self.min_step:
+                    best = min(best, int(p) - n_have)
+                    break
         return best
 
-    def maybe_create(self, slot, n_tokens_cur: int, n_tokens_start: int, near_prompt_end: bool) -> None:
+    def maybe_create(self, slot, n_tokens_cur: int, n_tokens_start: int, near_end_or_last_user: bool) -> None:
+        """The spacing rule after the token loop: create if there is no checkpoint yet, at the last user
+        message or near the prompt end, or more than `checkpoint_min_step` after the last one."""
         e = self.engine
         mem_min, mem_max = e.ctx.seq_pos_min(slot.id), e.ctx.seq_pos_max(slot.id)
         if mem_min < 0:
             return
         ck = slot.checkpoints
-        if not (not ck or near_prompt_end or n_tokens_start > ck[-1].n_tokens + self.min_step):
+        if not (not ck or near_end_or_last_user or n_tokens_start > ck[-1].n_tokens + self.min_step):
             return
         self.create(slot, n_tokens_cur, mem_min, mem_max)
 

@@ -45,6 +45,7 @@ class ServerParams:
     draft_max: int = 16  # --draft-max
     draft_min: int = 0  # --draft-min
     verbosity: int = 3  # -lv; -v = 4 (TRC)
+    slot_appendices: bool = True  # slotlab extension: SCKP/SDFT appendices in slot files (--no-slot-appendices)
     explicit: frozenset = field(default_factory=frozenset, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -215,4 +216,5 @@ _flag("model_draft", "-md --model-draft", str)
 _flag("draft_max", "--draft-max --draft-n", _int)
 _flag("draft_min", "--draft-min --draft-n-min", _int)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
+_switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only
 _FLAGS["-v"] = _FLAGS["--verbose"] = ("verbosity", 4)  # a switch that sets a value

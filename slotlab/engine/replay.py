@@ -18,7 +18,7 @@ from typing import Any, Callable
 from slotlab.errors import SlotlabError
 
 _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
-               "wait": bool, "temperature": (int, float), "seed": int}
+               "wait": bool, "temperature": (int, float), "seed": int, "message_delimiters": list}
 _ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
 
 
@@ -31,11 +31,12 @@ class Trace:
     flags: list[str]
     requests: list[dict]
     path: str | None = None
+    files: dict | None = None  # {"name in the slot dir": "path relative to the trace file"}
 
 
 def parse_trace(data: Any, path: str | None = None) -> Trace:
     where = path or "trace"
-    if not isinstance(data, dict):
+    if not isinstance(data, dict):  # noqa: SIM102
         raise TraceError(f"{where}: a trace is a JSON object with \"flags\" and \"requests\"")
     flags = data.get("flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
@@ -62,7 +63,10 @@ def parse_trace(data: Any, path: str | None = None) -> Trace:
             raise TraceError(f"{where}: requests[{i}]: a request needs \"prompt\" (or \"action\")")
         elif r.get("n_predict", -1) < -1:
             raise TraceError(f"{where}: requests[{i}].n_predict must be >= -1")
-    return Trace(list(flags), list(reqs), path)
+    files = data.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise TraceError(f"{where}: \"files\" must map slot-file names to paths")
+    return Trace(list(flags), list(reqs), path, files)
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -76,6 +80,15 @@ def load_trace(path: str | Path) -> Trace:
     except json.JSONDecodeError as e:
         raise TraceError(f"{path}: line {e.lineno}, column {e.colno}: {e.msg}") from None
     return parse_trace(data, str(path))
+
+
+def install_files(trace: Trace, slot_dir: str) -> None:
+    """Copy the trace's input slot files into the slot directory."""
+    import shutil
+
+    base = Path(trace.path).parent if trace.path else Path.cwd()
+    for name, rel in (trace.files or {}).items():
+        shutil.copyfile(base / rel, Path(slot_dir) / name)
 
 
 def request_result(task) -> dict:
@@ -106,6 +119,7 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
         if "--slot-save-path" not in flags:
             tmp = tempfile.TemporaryDirectory(prefix="slotlab-slots-")
             flags += ["--slot-save-path", slot_save_path or tmp.name]
+        install_files(trace, flags[flags.index("--slot-save-path") + 1])
         engine = Engine(flags, model=model)
     tasks: list[tuple[dict, Any]] = []
     n = len(trace.requests)
@@ -115,7 +129,8 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
         else:
             t = engine.submit(r["prompt"], n_predict=r.get("n_predict", -1), id_slot=r.get("id_slot", -1),
                               cache_prompt=r.get("cache_prompt"), n_cache_reuse=r.get("n_cache_reuse"),
-                              temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF), ignore_eos=True)
+                              temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF), ignore_eos=True,
+                              message_delimiters=r.get("message_delimiters"))
         tasks.append((r, t))
         if r.get("wait", True):
             engine.run_until(lambda: t.done)

@@ -20,6 +20,7 @@ import numpy as np
 from slotlab.engine.backend import Backend, load
 from slotlab.engine.checkpoints import CheckpointPolicy
 from slotlab.engine.events import EventBus
+from slotlab.engine.messages import find_message_spans, parse_delimiters
 from slotlab.engine.metrics import Metrics
 from slotlab.engine.params import ServerParams
 from slotlab.engine.prompt_cache import PromptCache, f32_ratio
@@ -141,7 +142,7 @@ class Engine:
 
     def submit(self, prompt: str | list | np.ndarray, *, n_predict: int | None = None, id_slot: int = -1,
                cache_prompt: bool | None = None, n_cache_reuse: int | None = None, temperature: float = 0.0,
-               seed: int = 0xFFFFFFFF, ignore_eos: bool = False) -> Task:
+               seed: int = 0xFFFFFFFF, ignore_eos: bool = False, message_delimiters: list | None = None) -> Task:
         """Queue a completion (the `/completion` request fields). Returns the task; its `result` is set
         when done. In live mode `task.wait()` blocks for it."""
         self._check_alive()
@@ -156,6 +157,9 @@ class Engine:
             cache_prompt=self.params.cache_prompt if cache_prompt is None else bool(cache_prompt),
             n_cache_reuse=self.default_cache_reuse if n_cache_reuse is None else int(n_cache_reuse),
             id_slot=int(id_slot))
+        params.message_spans = find_message_spans(tokens, [
+            (role, self.model.tokenize(d, add_special=False, parse_special=True))
+            for role, d in parse_delimiters(message_delimiters or [])])
         with self._lock:
             task = self._new_task(TaskType.COMPLETION, tokens=tokens, params=params)
             self.queue.append(task)
@@ -604,8 +608,9 @@ class Engine:
         # how many prompt tokens go into this batch: up to the batch end, cut at the tail offsets
         room = n_batch - b.n_tokens
         n_add = min(task.n_tokens - n_have, room)
+        spans = task.params.message_spans
         if do_checkpoint and n_add > 0:
-            n_add = self.checkpoints.cut(task.n_tokens, n_have, n_add)
+            n_add = self.checkpoints.cut(slot, spans, task.n_tokens, n_have, n_add)
         if n_add > 0:
             i0 = b.n_tokens
             b.add_seq(inp[n_have:n_have + n_add], p0, slot.id)
@@ -614,17 +619,19 @@ class Engine:
         n_tokens_cur = b.n_tokens - n_tokens_prev
         n_tokens_start = len(slot.tokens) - n_tokens_cur
         near_prompt_end = task.n_tokens < len(slot.tokens) + n_ubatch
+        is_user_start = spans.is_user_start(n_tokens_start)
+        is_last_user_message = n_tokens_start == spans.last_user_message_pos()
         if len(slot.tokens) == task.n_tokens:
             slot.state = SlotState.DONE_PROMPT
             b.logits[b.n_tokens - 1] = 1
             slot.stats.n_gen = 0
             slot.i_batch = b.n_tokens - 1
-        elif not near_prompt_end:  # no message spans: is_user_start is always false
+        elif not is_user_start and not near_prompt_end:
             do_checkpoint = False
         self._emit("prompt_batch", "", slot=slot, n_added=n_tokens_cur, n_tokens=len(slot.tokens),
                    n_prompt=task.n_tokens)
         if do_checkpoint:
-            self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end)
+            self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end or is_last_user_message)
 
     def decode(self, n_batch: int, off: int, n: int):
         """Returns (ok, n_batch): ok True = decoded, False = retry at the same offset with n_batch,
@@ -711,18 +718,22 @@ class Engine:
 
     def _slot_save(self, slot: Slot, task: Task) -> None:
         t0 = time.perf_counter()
-        n = slot_file.save(self.ctx, slot.id, slot.tokens.view(), self._slot_path(task.filename))
+        path = self._slot_path(task.filename)
+        n = slot_file.save(self.ctx, slot.id, slot.tokens.view(), path)
         if n == 0:
             task.finish(error=TaskError(500, "Unable to save slot", "server_error"))
             return
-        self._emit("slot_saved", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(slot.tokens), n_bytes=n)
+        n_app = slot_file.write_appendices(path, slot.checkpoints) if self.params.slot_appendices else 0
+        self._emit("slot_saved", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(slot.tokens),
+                   n_bytes=n, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints) if n_app else 0)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_saved": len(slot.tokens),
                             "n_written": n, "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
 
     def _slot_restore(self, slot: Slot, task: Task) -> None:
         t0 = time.perf_counter()
+        path = self._slot_path(task.filename)
         try:
-            nread, tokens = slot_file.load(self.ctx, slot.id, self._slot_path(task.filename))
+            nread, tokens = slot_file.load(self.ctx, slot.id, path)
             if nread == 0:
                 raise TokensStateError("No available space in KV cache or invalid slot save file")
             if len(tokens) > slot.n_ctx:
@@ -735,7 +746,15 @@ class Engine:
             return
         slot.tokens.assign(tokens)
         slot.checkpoints = []
-        self._emit("slot_restored", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(tokens), n_bytes=nread)
+        n_app = 0
+        if self.params.slot_appendices:
+            app = slot_file.read_appendices(path, nread)
+            for note in app.notes:
+                self._emit("slot_appendix_skipped", note, level="WRN", slot=slot, task=task.id)
+            slot.checkpoints = app.checkpoints
+            n_app = app.n_bytes
+        self._emit("slot_restored", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(tokens),
+                   n_bytes=nread, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints))
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_restored": len(tokens),
                             "n_read": nread, "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
 

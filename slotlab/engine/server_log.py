@@ -26,6 +26,15 @@ _PATTERNS = [
      "checkpoint_restored"),
     (re.compile(r"created context checkpoint (\d+) of (\d+) \(pos_min = (-?\d+), pos_max = (-?\d+), n_tokens = (\d+)"),
      "checkpoint_created"),
+    (re.compile(r"erased invalidated context checkpoint \(pos_min = (-?\d+), pos_max = (-?\d+), n_tokens = (\d+)"),
+     "checkpoint_invalidated"),
+    (re.compile(r"erasing old context checkpoint \(pos_min = (-?\d+), pos_max = (-?\d+), n_tokens = (\d+)"),
+     "checkpoint_evict_fifo"),
+    (re.compile(r"erasing context checkpoint too close to an earlier one \(pos_min = (-?\d+), pos_max = (-?\d+), "
+                r"n_tokens = (\d+)"), "checkpoint_evict_too_close"),
+    (re.compile(r"superseding context checkpoint at n_tokens = (\d+)"), "checkpoint_supersede"),
+    (re.compile(r"reusing chunk with size (\d+), shifting KV cache \[(\d+), (\d+)\) -> \[(\d+), (\d+)\)"), "shift"),
+    (re.compile(r"cache reuse is not supported - ignoring n_cache_reuse = (\d+)"), "cache_reuse_unsupported"),
 ]
 
 

@@ -8,6 +8,7 @@ Text only here, so there are never media chunks."""
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -91,3 +92,124 @@ def load(ctx, seq: int, path) -> tuple[int, np.ndarray]:
     if nread == 0:
         return 0, np.empty(0, dtype=np.int32)
     return nread, unpack_tokens(words)
+
+
+# --- slotlab extension: the checkpoint ("SCKP") and draft ("SDFT") appendices -----------------------
+#
+# Not written by the reference llama-server (spec 10.1): slotlab appends them after the standard body
+# so a slot file keeps the slot's context checkpoints and the draft context's state. The library's
+# loader stops at the end of the state, so a stock llama-server of the same state version restores
+# such a file and ignores the appendices. Layout (little-endian):
+#   SCKP: u32 magic 0x504b4353, u32 version 1, u32 count, per checkpoint: i64 n_tokens, i32 pos_min,
+#         i32 pos_max, then data_tgt, data_dft, data_spec, each u64 length + bytes;
+#   SDFT: u32 magic 0x54464453, u32 version 1, u64 length + draft state, u64 length + spec state
+#         (written only when one of the two is non-empty; it always follows an SCKP block).
+# Files without checkpoints and without draft state get no appendix: byte-identical to the server's.
+
+SCKP_MAGIC, SDFT_MAGIC, APPENDIX_VERSION = 0x504B4353, 0x54464453, 1
+
+
+def _buf(b) -> bytes:
+    b = bytes(memoryview(b)) if not isinstance(b, bytes) else b
+    return struct.pack("<Q", len(b)) + b
+
+
+def write_appendices(path, checkpoints, draft_state=b"", spec_state=b"") -> int:
+    """Append SCKP (+ SDFT) to the file at `path`; returns the bytes appended."""
+    if not checkpoints and not len(draft_state) and not len(spec_state):
+        return 0
+    out = [struct.pack("<III", SCKP_MAGIC, APPENDIX_VERSION, len(checkpoints))]
+    for c in checkpoints:
+        out.append(struct.pack("<qii", c.n_tokens, c.pos_min, c.pos_max))
+        out += [_buf(c.data_tgt), _buf(c.data_dft), _buf(getattr(c, "data_spec", b""))]
+    if len(draft_state) or len(spec_state):
+        out += [struct.pack("<II", SDFT_MAGIC, APPENDIX_VERSION), _buf(draft_state), _buf(spec_state)]
+    data = b"".join(out)
+    with open(path, "ab") as f:
+        f.write(data)
+    return len(data)
+
+
+@dataclass
+class Appendices:
+    checkpoints: list = field(default_factory=list)
+    draft_state: bytes = b""
+    spec_state: bytes = b""
+    notes: list = field(default_factory=list)  # why something was skipped (for events / the UI)
+    n_bytes: int = 0
+
+
+def read_appendices(path, offset: int) -> Appendices:
+    """Parse what follows the body at `offset` with the article's robustness rules: a wrong magic
+    means no appendix; a wrong version is noted and ignored; every length is checked against the bytes
+    left BEFORE anything is read; a truncated SCKP gives no checkpoints (the main state stays)."""
+    from slotlab.engine.prompt_cache import Checkpoint
+
+    res = Appendices()
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        end = f.tell()
+        f.seek(offset)
+        pos = offset
+
+        def take(n: int) -> bytes | None:
+            nonlocal pos
+            if n < 0 or n > end - pos:
+                return None
+            b = f.read(n)
+            pos += n
+            return b
+
+        head = take(12)
+        if head is None:
+            if end > offset:
+                res.notes.append(f"{end - offset} trailing bytes are not an appendix")
+            return res
+        magic, version, count = struct.unpack("<III", head)
+        if magic != SCKP_MAGIC:
+            res.notes.append(f"no checkpoint appendix (magic {magic:08x})")
+            return res
+        if version != APPENDIX_VERSION:
+            res.notes.append(f"checkpoint appendix version {version} is not supported - ignored")
+            return res
+        ckpts = []
+        for i in range(count):
+            fixed = take(16)
+            if fixed is None:
+                res.notes.append(f"checkpoint appendix truncated at checkpoint {i} of {count} - no checkpoints restored")
+                return res
+            n_tokens, pos_min, pos_max = struct.unpack("<qii", fixed)
+            bufs = []
+            for which in ("data_tgt", "data_dft", "data_spec"):
+                ln = take(8)
+                data = None if ln is None else take(struct.unpack("<Q", ln)[0])
+                if data is None:
+                    res.notes.append(f"checkpoint appendix truncated in {which} of checkpoint {i} of {count} - "
+                                     "no checkpoints restored")
+                    return res
+                bufs.append(data)
+            ckpts.append(Checkpoint(n_tokens=n_tokens, pos_min=pos_min, pos_max=pos_max, id_task=-1,
+                                    data_tgt=bufs[0], data_dft=bufs[1], data_spec=bufs[2]))
+        res.checkpoints = ckpts
+        res.n_bytes = pos - offset
+        head = take(8)
+        if head is None:
+            return res
+        magic, version = struct.unpack("<II", head)
+        if magic != SDFT_MAGIC:
+            res.notes.append(f"no draft appendix (magic {magic:08x})")
+            return res
+        if version != APPENDIX_VERSION:
+            res.notes.append(f"draft appendix version {version} is not supported - ignored")
+            return res
+        bufs = []
+        for which in ("draft state", "speculative state"):
+            ln = take(8)
+            data = None if ln is None else take(struct.unpack("<Q", ln)[0])
+            if data is None:
+                res.notes.append(f"draft appendix truncated in the {which} - draft state not restored")
+                return res
+            bufs.append(data)
+        res.draft_state, res.spec_state = bufs
+        res.n_bytes = pos - offset
+    return res

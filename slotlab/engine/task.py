@@ -35,6 +35,7 @@ class TaskParams:
     cache_prompt: bool = True
     n_cache_reuse: int = 0
     id_slot: int = -1
+    message_spans: object = None  # MessageSpans from the request's message_delimiters
 
 
 @dataclass

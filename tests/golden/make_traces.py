@@ -112,13 +112,94 @@ def traces() -> dict[str, dict]:
     t["defaults_single_slot_checkpoints"] = {"flags": ["-np", "1", "-c", "4096", "-ub", "128", "-b", "256"], "requests": [
         req(doc("caves", 40), 3), req(doc("caves", 40) + " Deeper?", 3), req(doc("caves", 20) + " Shorter?", 3),
         req(doc("caves", 30), 3), req(doc("caves", 2), 3)]}
+    t.update(checkpoint_and_file_traces())
+    return t
+
+
+GEMMA_DELIMS = [{"role": "user", "delimiter": "<start_of_turn>user\n"},
+                {"role": "assistant", "delimiter": "<start_of_turn>model\n"}]
+
+
+def gemma_chat(turns: list[tuple[str, str]], user: str) -> str:
+    s = "<start_of_turn>user\nYou are a careful archivist.<end_of_turn>\n<start_of_turn>model\nReady.<end_of_turn>\n"
+    for u, a in turns:
+        s += f"<start_of_turn>user\n{u}<end_of_turn>\n<start_of_turn>model\n{a}<end_of_turn>\n"
+    return s + f"<start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n"
+
+
+def checkpoint_and_file_traces() -> dict[str, dict]:
+    t: dict[str, dict] = {}
+    long = doc("harbours", 48)  # ~1000 tokens: longer than the 512-token window
+    # SWA checkpoints: follow-ups diverging near the end (inside the window) and early (outside it)
+    t["swa_checkpoints_diverge"] = {"flags": ["-np", "1", "-c", "4096"], "requests": [
+        req(long, 3),
+        req(long + " Where is the nearest one?", 3),          # extends the prompt
+        req(doc("harbours", 46) + " Stop here.", 3),           # diverges ~40 tokens before the end
+        req(doc("harbours", 10) + " Start over.", 3),          # diverges far outside the window
+        req(doc("harbours", 10) + " Start over. Again.", 3),
+    ]}
+    # checkpoints at user-message starts from message_delimiters (a Gemma chat)
+    turns = [(doc(f"ledger {i}", 8, i), f"Filed {i}.") for i in range(4)]
+    t["checkpoints_message_spans"] = {"flags": ["-np", "1", "-c", "8192", "-cms", "128"], "requests": [
+        req(gemma_chat(turns[:2], "Summarize."), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:3], "Summarize again."), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:4], "And now?"), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:2], "Go back."), 3, message_delimiters=GEMMA_DELIMS),
+    ]}
+    # --ctx-checkpoints small enough to evict (FIFO and too-close rules)
+    t["ctx_checkpoints_evict"] = {"flags": ["-np", "1", "-c", "8192", "--ctx-checkpoints", "2", "-cms", "64"], "requests": [
+        req(gemma_chat(turns[:1], "One."), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:2], "Two."), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:3], "Three."), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:4], "Four."), 3, message_delimiters=GEMMA_DELIMS),
+        req(gemma_chat(turns[:1], "Back to one."), 3, message_delimiters=GEMMA_DELIMS),
+    ]}
+    a, b, c = doc("alpha", 6, 1), doc("bravo", 6, 2), doc("charlie", 6, 3)
+    # --cache-reuse with --swa-full: a middle chunk deleted, one inserted, and a request turning it off
+    t["cache_reuse_delete_middle"] = {"flags": ["-np", "1", "-c", "4096", "--swa-full", "--cache-reuse", "16"],
+                                      "requests": [req(f"{a} {b} {c}", 3), req(f"{a} {c}", 3)]}
+    t["cache_reuse_insert"] = {"flags": ["-np", "1", "-c", "4096", "--swa-full", "--cache-reuse", "16"],
+                               "requests": [req(f"{a} {c}", 3), req(f"{a} {b} {c}", 3)]}
+    t["cache_reuse_request_off"] = {"flags": ["-np", "1", "-c", "4096", "--swa-full", "--cache-reuse", "16"],
+                                    "requests": [req(f"{a} {b} {c}", 3), req(f"{a} {c}", 3, n_cache_reuse=0),
+                                                 req(f"{a} {b} {c}", 3), req(f"{a} {c} {b}", 3, n_cache_reuse=8)]}
+    # --cache-reuse without --swa-full: not supported on Gemma 3's SWA memory (warning, no shift)
+    t["cache_reuse_without_swa_full"] = {"flags": ["-np", "1", "-c", "4096", "--cache-reuse", "16"],
+                                         "requests": [req(f"{a} {b} {c}", 3), req(f"{a} {c}", 3, n_cache_reuse=16)]}
+    # slot files: save -> erase -> restore -> reuse, restore into the other slot, bad names, missing file
+    p1, p2 = doc("orchards", 5), doc("quarries", 5)
+    t["slot_files"] = {"flags": ["-np", "2", "-c", "4096", "--swa-full"], "keep_files": True, "requests": [
+        req(p1, 3, id_slot=0),
+        {"action": "save", "id_slot": 0, "filename": "orchards.bin"},
+        {"action": "erase", "id_slot": 0},
+        {"action": "restore", "id_slot": 0, "filename": "orchards.bin"},
+        req(p1 + " Which apples?", 3, id_slot=0),
+        {"action": "restore", "id_slot": 1, "filename": "orchards.bin"},
+        req(p1 + " Which pears?", 3, id_slot=1),
+        req(p2, 3, id_slot=1),
+        {"action": "save", "id_slot": 3, "filename": "wrapped.bin"},
+        {"action": "save", "id_slot": 0, "filename": "../x"},
+        {"action": "save", "id_slot": 0, "filename": ""},
+        {"action": "save", "id_slot": 0, "filename": "a:b.bin"},
+        {"action": "restore", "id_slot": 0, "filename": "missing.bin"},
+        {"action": "erase", "id_slot": 0},
+        {"action": "restore", "id_slot": 1, "filename": "other_layout.bin"},
+        req(p2 + " Deep?", 3, id_slot=1),
+    ], "files": {"other_layout.bin": "../data/unified_np2.bin"}}
+    # a slot file written by slotlab, with its SCKP appendix, restored by the real server
+    t["slot_file_from_slotlab"] = {"flags": ["-np", "2", "-c", "4096"], "requests": [
+        {"action": "restore", "id_slot": 0, "filename": "from_slotlab.bin"},
+        req(doc("lighthouses", 3) + " Which coast?", 3, id_slot=0),
+        {"action": "restore", "id_slot": 1, "filename": "from_slotlab.bin"},
+        req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
+    ], "files": {"from_slotlab.bin": "../data/slotlab_sckp.bin"}}
     return t
 
 
 def main() -> None:
     DIR.mkdir(exist_ok=True)
     for name, tr in traces().items():
-        (DIR / f"{name}.json").write_text(json.dumps(tr, indent=1) + "\n")
+        (DIR / f"{name}.json").write_text(json.dumps(tr, indent=1, ensure_ascii=False) + "\n")
         print(name, len(tr["requests"]))
 
 

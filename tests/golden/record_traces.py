@@ -17,7 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from slotlab.engine.replay import load_trace
+import shutil
+
+from slotlab.engine.replay import install_files, load_trace
 from slotlab.llama.model import default_model_path
 from tests.golden.llama_server import LlamaServer
 
@@ -44,6 +46,7 @@ def record(trace_path: Path) -> None:
     slots_dir = tempfile.mkdtemp(prefix="golden-slots-")
     log = DIR / f"{name}.llama-server.log"
     results: list = [None] * len(trace.requests)
+    install_files(trace, slots_dir)
     with LlamaServer(default_model_path(), [*trace.flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
         threads = []
         for i, r in enumerate(trace.requests):
@@ -54,7 +57,7 @@ def record(trace_path: Path) -> None:
                 continue
             req = {"prompt": r["prompt"], "n_predict": r.get("n_predict", -1), "temperature": r.get("temperature", 0.0),
                    "ignore_eos": True, "id_slot": r.get("id_slot", -1)}
-            for k in ("cache_prompt", "n_cache_reuse", "seed"):
+            for k in ("cache_prompt", "n_cache_reuse", "seed", "message_delimiters"):
                 if k in r:
                     req[k] = r[k]
 
@@ -78,6 +81,12 @@ def record(trace_path: Path) -> None:
                 time.sleep(0.002)
         for th in threads:
             th.join()
+    keep = DIR / f"{name}.files"
+    if json.loads(trace_path.read_text()).get("keep_files"):
+        keep.mkdir(exist_ok=True)
+        for f in Path(slots_dir).iterdir():
+            if f.name not in (trace.files or {}):
+                shutil.copyfile(f, keep / f.name)
     out = {"flags": trace.flags, "results": results}
     (DIR / f"{name}.llama-server.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print(f"{name}: {len(results)} results")
