@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slotlab.engine.params import ServerParams
+from slotlab.errors import ConfigError
 from slotlab.llama import Context, Model
 
 
@@ -13,6 +14,8 @@ class Backend:
     params: ServerParams
     model: Model
     ctx: Context
+    dmodel: Model | None = None  # the draft model (-md), possibly the same Model object
+    dctx: Context | None = None  # its context: same slots, same layout; every sequence op is mirrored
 
     @property
     def n_ctx_slot(self) -> int:
@@ -55,6 +58,10 @@ class Backend:
         }
 
     def close(self) -> None:
+        if self.dctx is not None:
+            self.dctx.close()
+        if self.dmodel is not None and self.dmodel is not self.model:
+            self.dmodel.close()
         self.ctx.close()
         self.model.close()
 
@@ -63,15 +70,20 @@ def load(params: ServerParams | None = None, model: Model | None = None) -> Back
     """Load the model (unless given) and create the context for `params`."""
     params = params or ServerParams()
     model = model or Model(params.model, n_gpu_layers=params.n_gpu_layers, use_extra_bufts=not params.no_repack)
-    ctx = Context(
-        model,
-        n_ctx=params.n_ctx_requested,
-        n_parallel=params.n_slots,
-        kv_unified=params.kv_unified_effective,
-        swa_full=params.swa_full,
-        n_batch=params.n_batch,
-        n_ubatch=params.n_ubatch,
-        n_threads=params.n_threads,
-        n_threads_batch=params.n_threads_batch,
-    )
-    return Backend(params, model, ctx)
+    n_draft = params.draft_max if params.speculative else 0
+    kw = dict(n_ctx=params.n_ctx_requested, n_parallel=params.n_slots, kv_unified=params.kv_unified_effective,
+              swa_full=params.swa_full, n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_threads=params.n_threads,
+              n_threads_batch=params.n_threads_batch, n_draft=n_draft)
+    ctx = Context(model, **kw)
+    dmodel = dctx = None
+    if params.speculative:
+        from pathlib import Path
+
+        same = Path(params.model_draft).resolve() == Path(model.path).resolve()
+        dmodel = model if same else Model(params.model_draft, n_gpu_layers=params.n_gpu_layers,
+                                          use_extra_bufts=not params.no_repack)
+        if dmodel.n_vocab != model.n_vocab:
+            raise ConfigError(f"-md {params.model_draft}: the draft vocabulary ({dmodel.n_vocab} tokens) does not "
+                              f"match the target's ({model.n_vocab}): draft model vocab type must match target model")
+        dctx = Context(dmodel, **kw)
+    return Backend(params, model, ctx, dmodel, dctx)

@@ -30,7 +30,7 @@ def cache_reuse(engine, slot, n_past: int) -> int:
                          src=[head_c, head_c + n_match], dst=[head_p, head_p + n_match])
             shift = head_p - head_c
             engine.seq_rm(slot, head_p, head_c)
-            engine.ctx.seq_add(slot.id, head_c, head_c + n_match, shift)
+            engine.seq_add(slot, head_c, head_c + n_match, shift)
             cv[head_p:head_p + n_match] = cv[head_c:head_c + n_match].copy()
             n_past += n_match
             head_c += n_match

@@ -86,7 +86,9 @@ class CheckpointPolicy:
                     reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
             ck.remove(c)
         data = e.ctx.state_seq_get(slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY).copy()
-        c = Checkpoint(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, id_task=id_task, data_tgt=data)
+        data_dft = e.dctx.state_seq_get(slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY).copy() if e.dctx is not None else b""
+        c = Checkpoint(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, id_task=id_task, data_tgt=data,
+                       data_dft=data_dft)
         ck.append(c)
         e._emit("checkpoint_created", f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
                 f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot,
@@ -110,9 +112,12 @@ class CheckpointPolicy:
                     "or hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)",
                     slot=slot)
             return 0, 0
-        n = e.ctx.state_seq_set(found.data_tgt, slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY)
-        if n != len(found.data_tgt):
-            raise RuntimeError(f"checkpoint size mismatch: expected {len(found.data_tgt)}, got {n}")
+        for ctx, data in ((e.ctx, found.data_tgt), (e.dctx, found.data_dft)):
+            if ctx is None or not len(data):  # load_tgt / load_dft: no-op without a context or data
+                continue
+            n = ctx.state_seq_set(data, slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+            if n != len(data):
+                raise RuntimeError(f"checkpoint size mismatch: expected {len(data)}, got {n}")
         pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
         n_past = min(slot.tokens.size_up_to_pos(pos_next), found.n_tokens)
         e._emit("checkpoint_restored", f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "

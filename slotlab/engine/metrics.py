@@ -16,6 +16,8 @@ class Metrics:
     n_tokens_max: int = 0
     n_deferred: int = 0
     n_requests_done: int = 0
+    spec_draft_tokens_total: int = 0  # spec_decode_num_draft_tokens_total
+    spec_accepted_tokens_total: int = 0  # spec_decode_num_accepted_tokens_total
 
     def on_final(self, slot) -> None:
         self.n_requests_done += 1

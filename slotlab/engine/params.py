@@ -41,9 +41,10 @@ class ServerParams:
     slot_save_path: str | None = None  # --slot-save-path
     n_predict: int = -1  # -n
     cont_batching: bool = True  # -cb / -nocb
-    model_draft: str | None = None  # -md
-    draft_max: int = 16  # --draft-max
-    draft_min: int = 0  # --draft-min
+    model_draft: str | None = None  # -md / --spec-draft-model
+    draft_max: int = 3  # --spec-draft-n-max (common_params_speculative_draft::n_max)
+    draft_min: int = 0  # --spec-draft-n-min
+    spec_type: str = "none"  # --spec-type: slotlab models "draft-simple" (with -md) and "none"
     verbosity: int = 3  # -lv; -v = 4 (TRC)
     slot_appendices: bool = True  # slotlab extension: SCKP/SDFT appendices in slot files (--no-slot-appendices)
     explicit: frozenset = field(default_factory=frozenset, repr=False, compare=False)
@@ -70,6 +71,12 @@ class ServerParams:
         return self.n_ctx
 
     @property
+    def speculative(self) -> bool:
+        """A draft context exists only for `--spec-type draft-simple` with `-md`: this llama-server
+        loads `-md` alone but then reports "no implementations specified" and drops the context."""
+        return bool(self.model_draft) and "draft-simple" in self.spec_type.split(",")
+
+    @property
     def cache_idle_slots_effective(self) -> bool:
         """SC:1553-1567: idle-slot caching needs a prompt cache."""
         return self.cache_idle_slots and self.cache_ram != 0
@@ -92,7 +99,12 @@ class ServerParams:
         need(self.ctx_checkpoints >= 0, "-ctxcp/--ctx-checkpoints", f"must be >= 0, got {self.ctx_checkpoints}")
         need(self.checkpoint_min_step >= 0, "-cms/--checkpoint-min-step", f"must be >= 0, got {self.checkpoint_min_step}")
         need(self.n_predict >= -1, "-n/--n-predict", f"must be >= -1, got {self.n_predict}")
-        need(self.draft_max >= 0 and self.draft_min >= 0, "--draft-max/--draft-min", "must be >= 0")
+        need(self.draft_max >= 0 and self.draft_min >= 0, "--spec-draft-n-max/--spec-draft-n-min", "must be >= 0")
+        types = [t for t in self.spec_type.split(",") if t]
+        bad = [t for t in types if t not in ("none", "draft-simple")]
+        need(not bad, "--spec-type", f"slotlab models only draft-simple (and none), not {', '.join(bad)}")
+        need("draft-simple" not in types or bool(self.model_draft), "--spec-type",
+             "draft-simple needs a draft model (-md)")
         if self.slot_save_path is not None:
             need(Path(self.slot_save_path).is_dir(), "--slot-save-path", f"{self.slot_save_path!r} is not an existing directory")
 
@@ -212,9 +224,11 @@ _flag("checkpoint_min_step", "-cms --checkpoint-min-step", _int)
 _flag("slot_save_path", "--slot-save-path", str)
 _flag("n_predict", "-n --n-predict", _int)
 _switch("cont_batching", "-cb --cont-batching", "-nocb --no-cont-batching")
-_flag("model_draft", "-md --model-draft", str)
-_flag("draft_max", "--draft-max --draft-n", _int)
-_flag("draft_min", "--draft-min --draft-n-min", _int)
+_flag("model_draft", "-md --model-draft --spec-draft-model", str)
+# this llama.cpp renamed --draft-max / --draft-min (it now rejects them); slotlab accepts both spellings
+_flag("draft_max", "--draft-max --draft-n --spec-draft-n-max", _int)
+_flag("draft_min", "--draft-min --draft-n-min --spec-draft-n-min", _int)
+_flag("spec_type", "--spec-type", str)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
 _switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only
 _FLAGS["-v"] = _FLAGS["--verbose"] = ("verbosity", 4)  # a switch that sets a value

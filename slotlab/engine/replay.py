@@ -4,7 +4,7 @@ the real llama-server, and the same JSON answer (`slotlab replay TRACE --json`).
 A trace is `{"flags": [...llama-server flags], "requests": [...]}`. A request is
 `{"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
 "wait": bool}` or a slot action `{"action": "save"|"restore"|"erase", "id_slot": int, "filename": str}`.
-Requests run greedy with `ignore_eos`. `"wait": false` moves on as soon as the request occupies a
+Requests run greedy with `ignore_eos`. `{model}` in the flags stands for the model being run. `"wait": false` moves on as soon as the request occupies a
 slot (or has finished); everything else waits for the answer."""
 
 from __future__ import annotations
@@ -82,6 +82,22 @@ def load_trace(path: str | Path) -> Trace:
     return parse_trace(data, str(path))
 
 
+def resolve_flags(flags: list[str], model=None) -> list[str]:
+    """`{model}` in a trace's flags (e.g. `-md {model}`) stands for the model being run."""
+    if not any("{model}" in f for f in flags):
+        return list(flags)
+    if model is not None:
+        path = str(model.path)
+    elif "-m" in flags or "--model" in flags:
+        i = flags.index("-m") if "-m" in flags else flags.index("--model")
+        path = flags[i + 1]
+    else:
+        from slotlab.llama.model import default_model_path
+
+        path = str(default_model_path())
+    return [f.replace("{model}", path) for f in flags]
+
+
 def install_files(trace: Trace, slot_dir: str) -> None:
     """Copy the trace's input slot files into the slot directory."""
     import shutil
@@ -113,7 +129,7 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
     """Replay `trace` on a new engine (or `engine`) in step mode; returns {"flags", "results", "engine"}."""
     from slotlab.engine.scheduler import Engine
 
-    flags = list(trace.flags)
+    flags = resolve_flags(trace.flags, model)
     tmp = None
     if engine is None:
         if "--slot-save-path" not in flags:

@@ -25,6 +25,7 @@ from slotlab.engine.metrics import Metrics
 from slotlab.engine.params import ServerParams
 from slotlab.engine.prompt_cache import PromptCache, f32_ratio
 from slotlab.engine.slot import Slot, SlotState, now_us
+from slotlab.engine.speculative import Speculative
 from slotlab.engine import slot_file
 from slotlab.engine.cache_reuse import cache_reuse
 from slotlab.engine.slot_file import TokensStateError, validate_filename
@@ -60,6 +61,7 @@ class Engine:
         self._owns_ctx, self._owns_model = backend is None, backend is None and model is None
         self.backend = backend or load(params, model=model)
         self.model, self.ctx = self.backend.model, self.backend.ctx
+        self.dctx = self.backend.dctx  # the draft context (-md), or None
         self.events = EventBus()
         self.metrics = Metrics()
         self.n_ctx_slot = self.backend.n_ctx_slot
@@ -71,6 +73,7 @@ class Engine:
             self.cache = PromptCache.from_cache_ram(params.cache_ram, self.ctx.n_ctx, on_event=self._on_cache_event, **kw)
         self.cache_idle_slots = params.cache_idle_slots_effective
         self.checkpoints = CheckpointPolicy(self)
+        self.spec = Speculative(self) if self.dctx is not None else None
         self.queue: collections.deque[Task] = collections.deque()
         self.deferred: list[Task] = []
         self.tasks: dict[int, Task] = {}
@@ -409,11 +412,14 @@ class Engine:
             return False
         self._cache_ctx(slot, task)
         size_tgt = self.ctx.state_seq_size(slot.id)
-        entry = self.cache.alloc(slot.tokens.view(), slot.checkpoints, size_tgt, 0, id_slot=slot.id,
+        size_dft = self.dctx.state_seq_size(slot.id) if self.dctx is not None else 0
+        entry = self.cache.alloc(slot.tokens.view(), slot.checkpoints, size_tgt, size_dft, id_slot=slot.id,
                                  id_task=slot.task_prev.id if slot.task_prev else -1)
         if entry is None:
             return False
         self.ctx.state_seq_get(slot.id, out=entry.main)
+        if self.dctx is not None:
+            self.dctx.state_seq_get(slot.id, out=entry.drft)
         return True
 
     def prompt_load(self, slot: Slot, task: Task):
@@ -423,7 +429,8 @@ class Engine:
         if res.entry is None:
             return None
         entry = res.entry
-        ok = self.cache.restore(entry, lambda buf: self.ctx.state_seq_set(buf, slot.id))
+        set_dft = (lambda buf: self.dctx.state_seq_set(buf, slot.id)) if self.dctx is not None else None
+        ok = self.cache.restore(entry, lambda buf: self.ctx.state_seq_set(buf, slot.id), set_dft)
         if not ok:
             self._emit("cache_load_failed", "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
             return False
@@ -445,9 +452,17 @@ class Engine:
         slot.checkpoints = []
 
     def seq_rm(self, slot: Slot, p0: int, p1: int) -> None:
-        """`common_memory::seq_rm`: a refusal aborts the server; here it is an error, never silent."""
-        if not self.ctx.seq_rm(slot.id, p0, p1):
-            raise SlotlabError(f"failed to remove sequence {slot.id} with p0={p0}, p1={p1}")
+        """`common_memory::seq_rm` on the target and the draft context: a refusal aborts the server;
+        here it is an error, never silent."""
+        for ctx in (self.ctx, self.dctx):
+            if ctx is not None and not ctx.seq_rm(slot.id, p0, p1):
+                raise SlotlabError(f"failed to remove sequence {slot.id} with p0={p0}, p1={p1}")
+
+    def seq_add(self, slot: Slot, p0: int, p1: int, delta: int) -> None:
+        """`common_memory::seq_add` on both contexts (the cache-reuse KV move)."""
+        self.ctx.seq_add(slot.id, p0, p1, delta)
+        if self.dctx is not None:
+            self.dctx.seq_add(slot.id, p0, p1, delta)
 
     def try_clear_idle_slots(self) -> bool:
         if not self.ctx.kv_unified:
@@ -544,11 +559,16 @@ class Engine:
 
     def pre_decode(self) -> None:
         b = self.batch
-        for s in self.slots:  # generating slots first: their sampled token at pos_next
+        for s in self.slots:  # generating slots first: their sampled token (+ drafts) at pos_next
             if s.state is not SlotState.GENERATING:
                 continue
-            s.i_batch = b.add(s.sampled, s.tokens.pos_next(), s.id, logits=True)
+            s.spec_draft = self.spec.draft(s) if self.spec is not None else []
+            pos = s.tokens.pos_next()
+            s.i_batch = b.add(s.sampled, pos, s.id, logits=True)
+            for j, t in enumerate(s.spec_draft):
+                b.add(t, pos + 1 + j, s.id, logits=True)
             s.tokens.push_back(s.sampled)
+            s.tokens.extend(s.spec_draft)
         if self.params.cont_batching or b.n_tokens == 0:
             for s in self.slots:
                 if b.n_tokens >= self.ctx.n_batch:
@@ -661,6 +681,13 @@ class Engine:
             self._emit("decode_retry", "failed to find free space in the KV cache, retrying with smaller batch size, "
                        f"off = {off}, n_batch = {n_batch}, ret = {ret}", level="WRN", ret=ret, off=off, n_batch=n_batch)
             return False, n_batch
+        if self.spec is not None and not self.spec.process(off, n):
+            self._emit("decode_failed", "failed to process speculative batch", level="ERR")
+            for s in self.slots:
+                if s.is_processing:
+                    self.send_error(s, "decode() failed: failed to process speculative batch")
+                    self.release(s)
+            return None, n_batch
         dt = time.perf_counter() - t0
         # metrics_post_decode: prompt tokens of this chunk are counted per slot
         self.metrics.n_decode_total += 1
@@ -687,17 +714,24 @@ class Engine:
                 s.state = SlotState.GENERATING
             elif s.state is not SlotState.GENERATING:
                 continue
-            tok = s.sampler.sample(self.ctx, s.i_batch - off)
-            s.i_batch = -1
-            t = now_us()
-            s.stats.n_gen += 1
-            if s.stats.n_gen == 1:
-                s.stats.t_prompt_last = t
-            s.stats.t_gen_last = t
-            self.metrics.tokens_predicted_total += 1
-            if not self.process_token(s, tok):
+            if s.spec_draft:
+                self.spec.verify(s, off)
+            else:
+                tok = s.sampler.sample(self.ctx, s.i_batch - off)
+                s.i_batch = -1
+                self._on_sampled(s, tok)
+                self.process_token(s, tok)
+            if not s.has_next_token:
                 self.send_final_response(s)
                 self.release(s)
+
+    def _on_sampled(self, s: Slot, tok: int) -> None:
+        t = now_us()
+        s.stats.n_gen += 1
+        if s.stats.n_gen == 1:
+            s.stats.t_prompt_last = t
+        s.stats.t_gen_last = t
+        self.metrics.tokens_predicted_total += 1
 
     def process_token(self, slot: Slot, tok: int) -> bool:
         slot.sampled = tok
@@ -723,7 +757,10 @@ class Engine:
         if n == 0:
             task.finish(error=TaskError(500, "Unable to save slot", "server_error"))
             return
-        n_app = slot_file.write_appendices(path, slot.checkpoints) if self.params.slot_appendices else 0
+        n_app = 0
+        if self.params.slot_appendices:
+            draft_state = self.dctx.state_seq_get(slot.id) if self.dctx is not None and len(slot.tokens) else b""
+            n_app = slot_file.write_appendices(path, slot.checkpoints, draft_state)
         self._emit("slot_saved", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(slot.tokens),
                    n_bytes=n, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints) if n_app else 0)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_saved": len(slot.tokens),
@@ -753,10 +790,34 @@ class Engine:
                 self._emit("slot_appendix_skipped", note, level="WRN", slot=slot, task=task.id)
             slot.checkpoints = app.checkpoints
             n_app = app.n_bytes
+            if self.dctx is not None:
+                self._restore_draft(slot, task, app)
         self._emit("slot_restored", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(tokens),
                    n_bytes=nread, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints))
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_restored": len(tokens),
                             "n_read": nread, "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
+
+    def _restore_draft(self, slot: Slot, task: Task, app) -> None:
+        """SDFT extension: test-load the last checkpoint's draft data (PARTIAL_ONLY) and drop all
+        draft checkpoint data if it does not fit this draft context; then restore the draft state."""
+        ck = slot.checkpoints
+        if ck and len(ck[-1].data_dft):
+            from slotlab.llama import STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+            ok = self.dctx.state_seq_set(ck[-1].data_dft, slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY) == len(ck[-1].data_dft)
+            self.dctx.seq_rm(slot.id, -1, -1)
+            if not ok:
+                self._emit("slot_draft_dropped", f"draft context checkpoint data in '{task.filename}' does not match the "
+                           "draft context - dropped", level="WRN", slot=slot, task=task.id)
+                for c in ck:
+                    c.data_dft = b""
+                    c.data_spec = b""
+        if len(app.draft_state):
+            self.dctx.seq_rm(slot.id, -1, -1)
+            if self.dctx.state_seq_set(app.draft_state, slot.id) != len(app.draft_state):
+                self.dctx.seq_rm(slot.id, -1, -1)
+                self._emit("slot_draft_dropped", f"draft state in '{task.filename}' does not match the draft context - "
+                           "dropped", level="WRN", slot=slot, task=task.id)
 
     def _slot_erase(self, slot: Slot, task: Task) -> None:
         n = len(slot.tokens)

@@ -33,6 +33,8 @@ class SlotStats:
     t_start: int = 0
     t_prompt_last: int = 0
     t_gen_last: int = 0
+    n_draft_tokens: int = 0
+    n_draft_accepted: int = 0
 
     def is_set(self) -> bool:
         return self.t_start != 0
@@ -80,6 +82,7 @@ class Slot:
     truncated: bool = False
     stop: str = "none"
     has_next_token: bool = True
+    spec_draft: list = field(default_factory=list)  # draft tokens in the batch being verified
 
     @property
     def is_processing(self) -> bool:
@@ -98,6 +101,7 @@ class Slot:
         self.truncated = False
         self.stop = "none"
         self.has_next_token = True
+        self.spec_draft = []
         self.i_batch = -1
         if self.sampler is not None:
             self.sampler.close()

@@ -193,6 +193,11 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
         {"action": "restore", "id_slot": 1, "filename": "from_slotlab.bin"},
         req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
     ], "files": {"from_slotlab.bin": "../data/slotlab_sckp.bin"}}
+    # a draft model (-md: the same GGUF): RAM-cache entries carry main + draft bytes, restored jointly
+    md = ["-md", "{model}", "--spec-type", "draft-simple", "--spec-draft-n-max", "3", "-sps", "0"]
+    t["draft_model_cache"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", "--swa-full", *md], "requests": [
+        req(doc("comets", 5), 8), req(doc("meteors", 5), 8), req(doc("unrelated", 2), 8),
+        req(doc("comets", 5) + " Tails?", 8)]}
     return t
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import shutil
 
-from slotlab.engine.replay import install_files, load_trace
+from slotlab.engine.replay import install_files, load_trace, resolve_flags
 from slotlab.llama.model import default_model_path
 from tests.golden.llama_server import LlamaServer
 
@@ -47,7 +47,8 @@ def record(trace_path: Path) -> None:
     log = DIR / f"{name}.llama-server.log"
     results: list = [None] * len(trace.requests)
     install_files(trace, slots_dir)
-    with LlamaServer(default_model_path(), [*trace.flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
+    flags = resolve_flags(trace.flags, type("M", (), {"path": default_model_path()}))
+    with LlamaServer(default_model_path(), [*flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
         threads = []
         for i, r in enumerate(trace.requests):
             if "action" in r:
