@@ -28,6 +28,7 @@ def cache_reuse(engine, slot, n_past: int) -> int:
             engine._emit("cache_reuse_shift", f"reusing chunk with size {n_match}, shifting KV cache "
                          f"[{head_c}, {head_c + n_match}) -> [{head_p}, {head_p + n_match})", slot=slot,
                          src=[head_c, head_c + n_match], dst=[head_p, head_p + n_match])
+            slot.shifts.append((head_c, head_c + n_match, head_p, head_p + n_match))
             shift = head_p - head_c
             engine.seq_rm(slot, head_p, head_c)
             engine.seq_add(slot, head_c, head_c + n_match, shift)

@@ -359,14 +359,21 @@ class PromptCache:
 
     # -- load (ST:1793-1868) ------------------------------------------------------------------
 
-    def load(self, slot_tokens: Any, tokens_new: Any) -> LoadResult:
+    def load(self, slot_tokens: Any, tokens_new: Any, *, emit: bool = True) -> LoadResult:
         """Pick the entry to restore into a slot about to process `tokens_new`, or none.
 
         Baseline = what the slot already holds (f_keep -1 for an empty slot, so any entry passing the
         floor wins). Entries are scanned oldest -> newest; an entry below the 0.25 f_keep floor is
         skipped ("don't trash large prompts"); otherwise it becomes the best only if it is strictly
         better on both f_keep and f_sim than the running best. This sequential test is order
-        dependent (spec Appendix B) and is kept as is. Nothing is removed here: see `restore`/`take`."""
+        dependent (spec Appendix B) and is kept as is. Nothing is removed here: see `restore`/`take`.
+        `emit=False` scores silently (a preview for a UI; the server logs nothing then)."""
+        if not emit:
+            sink, self.on_event = self.on_event, None
+            try:
+                return self.load(slot_tokens, tokens_new)
+            finally:
+                self.on_event = sink
         slot_tokens = as_tokens(slot_tokens)
         tokens_new = as_tokens(tokens_new)
         n_slot = int(slot_tokens.shape[0])

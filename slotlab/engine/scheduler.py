@@ -37,6 +37,15 @@ from slotlab.llama import Batch, Sampler
 MIB = 1024.0 * 1024.0
 
 
+def _scores_json(result) -> dict:
+    """A LoadResult as plain data: the slot's baseline and each entry's scores, in scan order."""
+    return {"lcp_base": int(result.lcp_base), "f_keep_base": float(result.f_keep_base),
+            "f_sim_base": float(result.f_sim_base), "winner_id": None if result.entry is None else result.entry.id,
+            "scores": [{"entry_id": sc.entry.id, "n_tokens": sc.n_tokens, "lcp": int(sc.lcp), "f_keep": float(sc.f_keep),
+                        "f_sim": float(sc.f_sim), "below_floor": sc.below_floor, "improved": sc.improved,
+                        "winner": sc.winner} for sc in result.scores]}
+
+
 class EngineDied(SlotlabError):
     """The engine thread stopped on an error; every later call re-raises it."""
 
@@ -101,8 +110,12 @@ class Engine:
         return self.events.emit(kind, message, level=level, slot=sid, task=task, **data)
 
     def _on_cache_event(self, kind: str, **fields):
-        fields.pop("entry", None)
-        fields.pop("result", None)
+        entry = fields.pop("entry", None)
+        result = fields.pop("result", None)
+        if kind == "cache_alloc" and entry is not None:
+            fields.update(self._entry_json(entry))
+        if result is not None:
+            fields.update(_scores_json(result), preview=False)
         level = fields.pop("level", "TRC")
         message = fields.pop("message", "")
         self.events.emit(kind, message, level=level, slot=self._cache_slot, task=self._cache_task, **fields)
@@ -202,6 +215,7 @@ class Engine:
         with self._lock:
             self.process_new_tasks()
             self.update_slots()
+            self._snapshots()
             return bool(self.queue) or any(s.is_processing for s in self.slots)
 
     def run_until_idle(self, max_steps: int = 10_000_000) -> None:
@@ -392,14 +406,23 @@ class Engine:
                 self.prompt_save(ret, task=task)
                 loaded = self.prompt_load(ret, task)
                 decision["load"] = loaded
+                decision.update(getattr(ret, "_load_scores", {}))
                 if loaded is False:
                     self.prompt_clear(ret, reason="load_failed")
                 self._cache_update(ret, task=task)
                 self._emit("cache_update_end", f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
                            task=task.id)
+        if ret is not None and self.cache is not None and decision["load"] is None and task.type is TaskType.COMPLETION:
+            preview = self.cache.load(ret.tokens.view(), task.tokens, emit=False)
+            self._emit("cache_load_scores", "", slot=ret, task=task.id, preview=True, **_scores_json(preview))
         self._emit("slot_decision", "", slot=ret.id if ret else -1, task=task.id, **decision)
         task._decision = decision
         return ret
+
+    def _entry_json(self, e) -> dict:
+        return {"size_main": len(e.main), "size_dft": len(e.drft), "size_ckpt": sum(c.size() for c in e.checkpoints),
+                "n_checkpoints": len(e.checkpoints), "head": self.model.detokenize(e.tokens[1:13]),
+                "checkpoints": [(c.pos_min, c.pos_max, c.n_tokens, c.size()) for c in e.checkpoints]}
 
     # ------------------------------------------------------------------ RAM cache glue (spec 2)
 
@@ -436,6 +459,9 @@ class Engine:
             return False
         slot.tokens.assign(entry.tokens)
         slot.checkpoints = list(entry.checkpoints)
+        slot.origin = f"cache #{entry.id}"
+        slot._load_scores = {"f_keep_best": float(res.f_keep_best), "f_sim_best": float(res.f_sim_best),
+                             "f_keep_base": float(res.f_keep_base)}
         self._emit("cache_loaded", "", slot=slot, task=task.id, entry_id=entry.id, n_tokens=len(slot.tokens),
                    f_keep=float(res.f_keep_best), f_sim=float(res.f_sim_best))
         return True
@@ -450,6 +476,7 @@ class Engine:
         self.seq_rm(slot, -1, -1)
         slot.tokens.clear()
         slot.checkpoints = []
+        slot.origin = "slot"
 
     def seq_rm(self, slot: Slot, p0: int, p1: int) -> None:
         """`common_memory::seq_rm` on the target and the draft context: a refusal aborts the server;
@@ -504,6 +531,7 @@ class Engine:
                    level="INF", slot=slot, n_tokens=len(slot.tokens))
         slot.t_last_used = self._next_time()
         slot.state = SlotState.IDLE
+        slot.origin = "slot"
         slot.reset()
         self.pop_deferred_task(slot.id)
 
@@ -528,7 +556,8 @@ class Engine:
             "timings": slot.stats.timings(),
         }
         self._emit("task_done", "", slot=slot, task=task.id, cache_n=slot.stats.n_prompt_cached,
-                   prompt_n=slot.stats.n_prompt_processed, predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens))
+                   prompt_n=slot.stats.n_prompt_processed, predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens),
+                   why=slot.why, prov=[k for _, _, k in slot.prov])
         self.metrics.on_final(slot)
         task.finish(result=result)
 
@@ -597,18 +626,22 @@ class Engine:
                 self.release(slot)
                 return
             n_past = 0
+            slot.shifts = []
+            lcp = slot.tokens.get_common_prefix(inp)
             if task.params.cache_prompt:
-                n_past = slot.tokens.get_common_prefix(inp)
+                n_past = lcp
                 n_past = cache_reuse(self, slot, n_past)
             pos_next = slot.tokens.pos_next(n_past)
             has_new = n_past < task.n_tokens
             pos_min_thold = max(0, pos_next - self.n_swa - (0 if has_new else 1))
+            ckpt_mode = None
             if 0 < n_past <= len(slot.tokens):
                 pos_min = ctx.seq_pos_min(slot.id)
                 if pos_min == -1:
                     raise SlotlabError(f"pos_min == -1, but n_past = {n_past} > 0 (slot {slot.id}): tokens and KV disagree")
                 if pos_min >= pos_min_thold:
                     n_past, pos_next = self.checkpoints.restore(slot, n_past, pos_next, pos_min_thold)
+                    ckpt_mode = "restored" if n_past > 0 else "forced"
             self.checkpoints.erase_invalidated(slot, pos_next)
             if n_past == task.n_tokens and n_past > 0:
                 self._emit("prompt_full_match", f"need to evaluate at least 1 token for each active slot (n_past = {n_past}, "
@@ -619,6 +652,7 @@ class Engine:
             slot.stats.n_prompt_processed = 0
             self.metrics.prompt_tokens_cached_total += n_past
             slot.tokens.keep_first(n_past)
+            self._provenance(slot, lcp, n_past, ckpt_mode)
             self._emit("prompt_n_past", "", slot=slot, n_past=n_past, n_tokens=task.n_tokens)
         p0 = slot.tokens.pos_next()
         self._emit("prompt_seq_rm", f"cached n_tokens = {len(slot.tokens)}, memory_seq_rm [{p0}, end)", slot=slot)
@@ -652,6 +686,66 @@ class Engine:
                    n_prompt=task.n_tokens)
         if do_checkpoint:
             self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end or is_last_user_message)
+
+    def _provenance(self, slot: Slot, lcp: int, n_past: int, ckpt_mode: str | None) -> None:
+        """Where the request's first n_past tokens come from, and the plain-words "why" line."""
+        task, origin = slot.task, slot.origin
+        kind = "cache" if origin.startswith("cache") else "file" if origin.startswith("file") else "kept"
+        prov: list[tuple[int, int, str]] = []
+        if ckpt_mode == "restored":
+            prov.append((0, n_past, "checkpoint"))
+        elif ckpt_mode is None:
+            if min(lcp, n_past) > 0:
+                prov.append((0, min(lcp, n_past), kind))
+            prov += [(c, min(d, n_past), "shifted") for a, b, c, d in slot.shifts if c < n_past]
+        prov.append((n_past, task.n_tokens, "prefill"))
+        slot.prov, slot.n_prompt = prov, task.n_tokens
+        slot.divergence = lcp if lcp < task.n_tokens else -1
+        slot.div_text = self.model.token_to_piece(int(task.tokens[lcp])).decode("utf-8", "replace") if lcp < task.n_tokens else ""
+        d = getattr(task, "_decision", {}) or {}
+        how = {"id": f"by id_slot {task.params.id_slot}", "lru": "by LRU",
+               "lcp": f"by LCP similarity (f_sim {d.get('f_sim', 0):.2f} > {self.params.slot_prompt_similarity:.2f})"}
+        parts = [f"slot {slot.id} chosen {how.get(d.get('how'), '?')}"]
+        if d.get("load") is True:
+            parts.append(f"RAM entry {origin.removeprefix('cache ')} restored (f_keep {d.get('f_keep_best', 0):.2f}, "
+                         f"f_sim {d.get('f_sim_best', 0):.2f} beat baseline {d.get('f_keep_base', 0):.2f})")
+        elif d.get("load") is False:
+            parts.append("RAM entry restore failed: slot cleared")
+        elif d.get("update_cache"):
+            parts.append("RAM cache searched: nothing better than the slot")
+        elif d.get("how") == "lcp":
+            parts.append(f"slot kept (f_keep {d.get('f_keep', 0):.2f} >= 0.50)")
+        if slot.shifts:
+            parts.append(f"cache reuse shifted {len(slot.shifts)} chunk(s), {sum(b - a for a, b, _, _ in slot.shifts)} tokens")
+        if ckpt_mode == "restored":
+            parts.append(f"checkpoint restored (n_past {n_past})")
+        elif ckpt_mode == "forced":
+            parts.append("no usable checkpoint: full re-processing forced")
+        parts.append(f"{n_past} tokens reused, {task.n_tokens - n_past} prefilled")
+        slot.why = "; ".join(parts)
+        self._emit("request_why", slot.why, slot=slot, n_past=n_past, n_prompt=task.n_tokens, origin=origin,
+                   how=d.get("how"), ckpt=ckpt_mode)
+
+    def _snapshots(self) -> None:
+        """One `slot_snapshot` event per slot whose picture changed since the last one: what a view
+        needs to redraw the slot without reading engine state (and what scrubbing replays)."""
+        for s in self.slots:
+            sig = (s.state, len(s.tokens), len(s.checkpoints), s.task.id if s.task else -1, s.stats.n_gen, s.origin)
+            if sig == s.last_sig:
+                continue
+            s.last_sig = sig
+            t = s.task or s.task_prev
+            prov = [p for p in s.prov if p[0] < len(s.tokens)] if t is not None else []
+            prov = [(a, min(b, len(s.tokens)), k) for a, b, k in prov]
+            if t is not None and len(s.tokens) > s.n_prompt:
+                prov.append((s.n_prompt, len(s.tokens), "generated"))
+            if t is None or s.n_prompt == 0:
+                prov = [(0, len(s.tokens), "kept")] if len(s.tokens) else []
+            self._emit("slot_snapshot", "", slot=s, task=t.id if t else -1, state=s.state.value, n_tokens=len(s.tokens),
+                       n_prompt=s.n_prompt, n_past=s.stats.n_prompt_cached, prompt_n=s.stats.n_prompt_processed,
+                       n_gen=s.stats.n_gen, prov=prov, divergence=s.divergence, div_text=s.div_text, origin=s.origin,
+                       shifts=list(s.shifts), why=s.why,
+                       checkpoints=[(c.pos_min, c.pos_max, c.n_tokens, c.size(), c.id_task) for c in s.checkpoints])
 
     def decode(self, n_batch: int, off: int, n: int):
         """Returns (ok, n_batch): ok True = decoded, False = retry at the same offset with n_batch,
@@ -783,6 +877,7 @@ class Engine:
             return
         slot.tokens.assign(tokens)
         slot.checkpoints = []
+        slot.origin = f"file {task.filename}"
         n_app = 0
         if self.params.slot_appendices:
             app = slot_file.read_appendices(path, nread)
