@@ -78,6 +78,8 @@ def lab_command(port: int | None = None, no_browser: bool = False, extra: list[s
         cmd.append(f"--port={port}")
     if no_browser:
         cmd.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # containers and CI machines run as root
     return cmd + list(extra or []), env
 
 

@@ -61,7 +61,7 @@ def _plain(v: Any) -> Any:
 class EventBus:
     """Fan-out to subscribers plus an in-memory log (bounded by `max_log`, oldest dropped)."""
 
-    def __init__(self, max_log: int | None = 1_000_000):
+    def __init__(self, max_log: int | None = 200_000):
         self._subs: list[Callable[[Event], None]] = []
         self._seq = itertools.count()
         self._t0 = time.perf_counter()

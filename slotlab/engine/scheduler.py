@@ -138,7 +138,8 @@ class Engine:
         self.default_cache_reuse = p.cache_reuse if self.ctx.can_shift else 0
         self._emit("init", f"initializing, n_slots = {len(self.slots)}, n_ctx_slot = {self.n_ctx_slot}, "
                    f"kv_unified = '{'true' if self.ctx.kv_unified else 'false'}'", level="INF",
-                   n_slots=len(self.slots), n_ctx_slot=self.n_ctx_slot, kv_unified=self.ctx.kv_unified)
+                   n_slots=len(self.slots), n_ctx_slot=self.n_ctx_slot, kv_unified=self.ctx.kv_unified,
+                   n_swa=self.n_swa, cache_ram=p.cache_ram, flags=p.to_args(), draft=self.dctx is not None)
 
     # ------------------------------------------------------------------ submitting
 
@@ -920,6 +921,18 @@ class Engine:
         task.finish(result={"id_slot": task.action_slot, "n_erased": n})
 
     # ------------------------------------------------------------------ introspection (spec 8)
+
+    def clear_cache(self) -> int:
+        """Empty the RAM prompt cache (a lab control; the server has no such endpoint)."""
+        if self.cache is None:
+            return 0
+        with self._lock:
+            n = len(self.cache.entries)
+            for e in list(self.cache.entries):
+                self.cache.entries.remove(e)
+                self._emit("cache_evict", "", entry_id=e.id, reason="cleared", n_tokens=e.n_tokens(), size=e.size())
+            self.cache.update()
+        return n
 
     def cache_json(self) -> dict:
         """Beyond the server: the RAM cache's entries (oldest first), bytes and token limits."""

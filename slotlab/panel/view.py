@@ -1,0 +1,372 @@
+"""The live panel: one ipywidgets box over a `PanelState` fed by the engine's events.
+
+The engine never touches a widget: its events land in a deque (any thread), and a pump on the
+kernel's asyncio loop drains it at most 10 times a second, folds the events into the state and
+applies one batched update (`fig.batch_update()` + `hold_sync()`), replacing whole trace arrays.
+One FigureWidget holds the token timelines, the checkpoint chain and the eviction plot; tables,
+gauges and the event log are HTML. The time slider rebuilds the state from the event log."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import html
+import threading
+
+import ipywidgets as w
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
+
+COLORS = {"kept": "#4c78a8", "cache": "#72b7b2", "file": "#b279a2", "checkpoint": "#9d755d", "shifted": "#eeca3b",
+          "prefill": "#f58518", "generated": "#54a24b"}
+MIB = 1024.0 * 1024.0
+
+
+def _esc(x) -> str:
+    return html.escape(str(x))
+
+
+class Panel(w.VBox):
+    """`Panel(engine)`: display it in a cell. `refresh()` applies pending events now (tests, step mode)."""
+
+    def __init__(self, engine, *, max_rows: int = 200, fps: float = 10.0):
+        self.engine = engine
+        self.max_rows = max_rows
+        self.period = 1.0 / fps
+        self.pending: collections.deque = collections.deque()
+        self.state = PanelState.rebuild(list(engine.events.log))
+        self.live = True
+        self._lock = threading.Lock()
+        self._build()
+        self._unsubscribe = engine.events.subscribe(self.pending.append)
+        self._task = None
+        self.render()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            self._task = loop.create_task(self._pump())
+
+    # ------------------------------------------------------------------ layout
+
+    def _build(self) -> None:
+        n = max(self.state.n_slots, 1)
+        fig = make_subplots(rows=3, cols=1, vertical_spacing=0.09, row_heights=[0.45, 0.35, 0.2],
+                            subplot_titles=("slot token timelines (this request's provenance)",
+                                            "checkpoints [pos_min, pos_max], SWA window and n_past",
+                                            "evictions by reason (event #)"))
+        self.fig = go.FigureWidget(fig)
+        for kind in PROVENANCE:
+            self.fig.add_bar(name=kind, orientation="h", marker_color=COLORS[kind], x=[], y=[], base=[],
+                             hovertext=[], hoverinfo="text", row=1, col=1, legendgroup="prov")
+        self.fig.add_scatter(name="divergence", mode="markers", marker_symbol="line-ns-open", marker_size=22,
+                             marker_color="red", x=[], y=[], hovertext=[], hoverinfo="text", row=1, col=1)
+        self.fig.add_bar(name="SWA window", orientation="h", marker_color="rgba(150,150,150,0.25)", x=[], y=[], base=[],
+                         hoverinfo="skip", row=2, col=1, showlegend=True)
+        self.fig.add_bar(name="checkpoint", orientation="h", marker_color="#9d755d", x=[], y=[], base=[],
+                         hovertext=[], hoverinfo="text", row=2, col=1, width=0.35)
+        self.fig.add_scatter(name="n_past", mode="markers", marker_symbol="line-ns-open", marker_size=18,
+                             marker_color="black", x=[], y=[], row=2, col=1)
+        self.fig.add_scatter(name="eviction", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
+                             marker_color=[], row=3, col=1, showlegend=False)
+        self.fig.update_layout(barmode="overlay", height=300 + 80 * n, width=1000, margin=dict(l=70, r=150, t=40, b=30),
+                               legend=dict(orientation="v", x=1.02, y=1.0), bargap=0.3)
+        self.fig.update_xaxes(matches="x", row=2, col=1)
+        for row in (1, 2):
+            self.fig.update_yaxes(categoryorder="array", categoryarray=[f"slot {i}" for i in range(n)][::-1], row=row, col=1)
+        self.fig.update_yaxes(categoryorder="array", categoryarray=list(EVICTION_REASONS), row=3, col=1)
+
+        self.header = w.HTML()
+        self.slot_table = w.HTML()
+        self.why_box = w.HTML()
+        self.cache_box = w.HTML()
+        self.gauges = w.HTML()
+        self.events_box = w.HTML()
+        self.f_kind = w.Dropdown(description="kind", options=["(all)"], value="(all)", layout=w.Layout(width="260px"))
+        self.f_slot = w.Dropdown(description="slot", options=["(all)"] + [str(i) for i in range(n)], value="(all)",
+                                 layout=w.Layout(width="160px"))
+        self.f_reason = w.Dropdown(description="reason", options=["(all)"] + list(EVICTION_REASONS), value="(all)",
+                                   layout=w.Layout(width="220px"))
+        self.f_text = w.Checkbox(description="with log text only", value=True)
+        for c in (self.f_kind, self.f_slot, self.f_reason, self.f_text):
+            c.observe(lambda _: self._render_events(), "value")
+        # controls
+        self.b_run = w.Button(description="run (live)", icon="play")
+        self.b_pause = w.Button(description="pause", icon="pause")
+        self.b_step = w.Button(description="step", icon="step-forward")
+        self.b_idle = w.Button(description="run until idle", icon="fast-forward")
+        self.prompt = w.Textarea(placeholder="prompt text", layout=w.Layout(width="420px", height="60px"))
+        self.n_predict = w.BoundedIntText(value=16, min=-1, max=100000, description="n_predict", layout=w.Layout(width="170px"))
+        self.id_slot = w.IntText(value=-1, description="id_slot", layout=w.Layout(width="150px"))
+        self.b_send = w.Button(description="send", icon="paper-plane", button_style="primary")
+        self.a_slot = w.IntText(value=0, description="slot", layout=w.Layout(width="130px"))
+        self.a_file = w.Text(value="slot.bin", description="file", layout=w.Layout(width="220px"))
+        self.b_save, self.b_restore, self.b_erase = (w.Button(description=x) for x in ("save", "restore", "erase"))
+        self.b_clear = w.Button(description="clear RAM cache", icon="trash")
+        self.status = w.HTML()
+        self.slider = w.IntSlider(description="event #", min=0, max=max(self.state.last_seq, 0), value=max(self.state.last_seq, 0),
+                                  continuous_update=False, layout=w.Layout(width="70%"))
+        self.follow = w.Checkbox(description="follow live", value=True)
+        self.b_run.on_click(lambda _: self._do(self.engine.start) or self._do(self.engine.resume))
+        self.b_pause.on_click(lambda _: self._do(self.engine.pause))
+        self.b_step.on_click(lambda _: self._do(self.engine.step))
+        self.b_idle.on_click(lambda _: self._do(self.engine.run_until_idle))
+        self.b_send.on_click(lambda _: self._do(lambda: self.engine.submit(self.prompt.value, n_predict=self.n_predict.value,
+                                                                            id_slot=self.id_slot.value)))
+        self.b_save.on_click(lambda _: self._do(lambda: self.engine.slot_action("save", self.a_slot.value, self.a_file.value)))
+        self.b_restore.on_click(lambda _: self._do(lambda: self.engine.slot_action("restore", self.a_slot.value, self.a_file.value)))
+        self.b_erase.on_click(lambda _: self._do(lambda: self.engine.slot_action("erase", self.a_slot.value)))
+        self.b_clear.on_click(lambda _: self._do(self.engine.clear_cache))
+        self.slider.observe(self._on_scrub, "value")
+        self.follow.observe(self._on_follow, "value")
+        controls = w.VBox([
+            w.HBox([self.b_run, self.b_pause, self.b_step, self.b_idle, self.status]),
+            w.HBox([self.prompt, w.VBox([self.n_predict, self.id_slot, self.b_send])]),
+            w.HBox([self.a_slot, self.a_file, self.b_save, self.b_restore, self.b_erase, self.b_clear]),
+            w.HBox([self.slider, self.follow]),
+        ])
+        tabs = w.Tab(children=[
+            w.VBox([self.gauges, self.cache_box]),
+            w.VBox([w.HBox([self.f_kind, self.f_slot, self.f_reason, self.f_text]), self.events_box]),
+            self.why_box,
+            self.slot_table,
+        ])
+        for i, t in enumerate(("RAM prompt cache", "events", "why", "slots")):
+            tabs.set_title(i, t)
+        self.tabs = tabs
+        super().__init__([self.header, controls, self.fig, tabs])
+        self.add_class("slotlab-panel")
+
+    def _do(self, fn) -> None:
+        try:
+            r = fn()
+            err = getattr(r, "error", None)
+            self.status.value = f"<span style='color:#b00'>{_esc(err.message)}</span>" if err else ""
+        except Exception as e:  # a control must never raise into the kernel's widget handler
+            self.status.value = f"<span style='color:#b00'>{_esc(type(e).__name__)}: {_esc(e)}</span>"
+        self.refresh()
+
+    # ------------------------------------------------------------------ event pump
+
+    async def _pump(self) -> None:
+        while True:
+            await asyncio.sleep(self.period)
+            if self.pending:
+                self.refresh()
+
+    def refresh(self) -> int:
+        """Fold pending events into the state and redraw once; returns how many were applied."""
+        with self._lock:
+            n = 0
+            while self.pending:
+                ev = self.pending.popleft()
+                if self.live:
+                    self.state.apply(ev)
+                n += 1
+            if n:
+                last = self.engine.events.log[-1].seq if self.engine.events.log else 0
+                with self.slider.hold_trait_notifications():
+                    self.slider.max = last
+                    if self.live:
+                        self.slider.value = last
+                if self.live:
+                    self.render()
+            return n
+
+    def _on_scrub(self, change) -> None:
+        if self.live and change["new"] == self.slider.max:
+            return
+        self.show_at(change["new"])
+
+    def _on_follow(self, change) -> None:
+        if change["new"]:
+            self.live = True
+            self.state = PanelState.rebuild(list(self.engine.events.log))
+            self.slider.value = self.slider.max
+            self.render()
+
+    def show_at(self, seq: int) -> PanelState:
+        """The panel as it was right after event `seq` (rebuilt from the event log); stops following."""
+        self.live = False
+        self.follow.value = False
+        self.state = PanelState.rebuild([e for e in list(self.engine.events.log) if e.seq <= seq])
+        self.render()
+        return self.state
+
+    def close(self) -> None:
+        self._unsubscribe()
+        if self._task is not None:
+            self._task.cancel()
+        super().close()
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(self) -> None:
+        st = self.state
+        with self.hold_sync(), self.fig.batch_update():
+            self._render_timelines(st)
+            self._render_checkpoints(st)
+            self._render_evictions(st)
+        self._render_header(st)
+        self._render_cache(st)
+        self._render_events()
+        self._render_why(st)
+        self._render_slots(st)
+
+    def _render_header(self, st: PanelState) -> None:
+        flags = " ".join(st.flags) or "(server defaults)"
+        self.header.value = (f"<b>slotlab</b> · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · "
+                             f"<code>{_esc(flags)}</code> · event #{st.last_seq} · {st.n_requests} requests done"
+                             + ("" if self.live else " · <b style='color:#b00'>scrubbing (not live)</b>"))
+
+    def _x_range(self, st: PanelState) -> list:
+        """Zoom the token axis to what the slots hold (capped at n_ctx_slot), so short prompts show."""
+        hi = max([64] + [sv.n_tokens for sv in st.slots.values()] + [sv.n_prompt for sv in st.slots.values()])
+        return [0, min(max(st.n_ctx_slot, 1), int(hi * 1.15) + 1)]
+
+    def _render_timelines(self, st: PanelState) -> None:
+        self.fig.layout.xaxis.range = self._x_range(st)
+        per = {k: ([], [], [], []) for k in PROVENANCE}
+        dx, dy, dt = [], [], []
+        for i in range(st.n_slots):
+            sv = st.slot(i)
+            y = f"slot {i}"
+            for a, b, kind in sv.prov:
+                if b <= a:
+                    continue
+                xs, ys, bs, hs = per[kind]
+                xs.append(b - a)
+                ys.append(y)
+                bs.append(a)
+                hs.append(f"{y} · {kind} [{a}, {b}) · {b - a} tokens · task {sv.task} · {sv.state}<br>"
+                          f"n_past {sv.n_past} · cache_n {sv.n_past} · prompt_n {sv.prompt_n} · origin {sv.origin}")
+            if sv.divergence >= 0 and sv.task >= 0:
+                dx.append(sv.divergence)
+                dy.append(y)
+                dt.append(f"{y}: first differing token at {sv.divergence}: {sv.div_text!r}")
+        for j, kind in enumerate(PROVENANCE):
+            xs, ys, bs, hs = per[kind]
+            tr = self.fig.data[j]
+            tr.x, tr.y, tr.base, tr.hovertext = xs, ys, bs, hs
+        tr = self.fig.data[len(PROVENANCE)]
+        tr.x, tr.y, tr.hovertext = dx, dy, dt
+
+    def _render_checkpoints(self, st: PanelState) -> None:
+        k0 = len(PROVENANCE) + 1
+        wx, wy, wb, cx, cy, cb, ch, nx, ny = [], [], [], [], [], [], [], [], []
+        for i in range(st.n_slots):
+            sv = st.slot(i)
+            y = f"slot {i}"
+            if st.n_swa and sv.n_tokens:
+                lo = max(0, sv.n_tokens - st.n_swa)
+                wx.append(sv.n_tokens - lo)
+                wy.append(y)
+                wb.append(lo)
+            for pmin, pmax, n_tok, size, task in sv.checkpoints:
+                cx.append(max(1, pmax - pmin + 1))
+                cy.append(y)
+                cb.append(pmin)
+                ch.append(f"{y} checkpoint [{pmin}, {pmax}] · n_tokens {n_tok} · {size / MIB:.2f} MiB · task {task}")
+            if sv.task >= 0:
+                nx.append(sv.n_past)
+                ny.append(y)
+        self.fig.data[k0].x, self.fig.data[k0].y, self.fig.data[k0].base = wx, wy, wb
+        t = self.fig.data[k0 + 1]
+        t.x, t.y, t.base, t.hovertext = cx, cy, cb, ch
+        self.fig.data[k0 + 2].x, self.fig.data[k0 + 2].y = nx, ny
+
+    def _render_evictions(self, st: PanelState) -> None:
+        palette = {r: c for r, c in zip(EVICTION_REASONS, ("#e45756", "#f58518", "#eeca3b", "#4c78a8", "#54a24b",
+                                                           "#b279a2", "#9d755d", "#000000", "#bab0ac"))}
+        ev = list(st.evictions)
+        t = self.fig.data[-1]
+        t.x = [e[0] for e in ev]
+        t.y = [e[2] for e in ev]
+        t.marker.color = [palette.get(e[2], "#888") for e in ev]
+        t.hovertext = [f"event #{e[0]}: {e[2]}, {e[3]} tokens" + (f", slot {e[4]}" if e[4] >= 0 else "") for e in ev]
+
+    def _render_cache(self, st: PanelState) -> None:
+        g = st.gauge
+        if not g:
+            self.gauges.value = "<i>RAM prompt cache: no state yet</i>" if st.cache_ram else "<i>RAM prompt cache disabled (--cache-ram 0)</i>"
+        else:
+            lim = g["limit_size"]
+            pb = f"{100 * g['size'] / lim:.1f}" if lim else "0"
+            pt = 100 * g["n_tokens"] / max(1, g["limit_tokens_cur"])
+            self.gauges.value = (
+                f"<div>bytes: {g['size'] / MIB:.2f} / {'no limit' if not lim else f'{lim / MIB:.0f} MiB'} "
+                f"<progress value='{pb}' max='100'></progress></div>"
+                f"<div>tokens: {g['n_tokens']} / {g['limit_tokens_cur']} "
+                f"<progress value='{pt:.1f}' max='100'></progress> "
+                f"<small>(limit = max(n_ctx {g['limit_tokens']}, limit_size / bytes-per-token), re-estimated at every update)</small></div>")
+        sc = st.scores or {}
+        by_id = {s["entry_id"]: s for s in sc.get("scores", [])}
+        rows = []
+        ids = list(st.entries)
+        for pos, eid in enumerate(ids):
+            e = st.entries[eid]
+            s = by_id.get(eid)
+            style = ""
+            if s and s.get("winner"):
+                style = " style='background:#d8f0d8;font-weight:bold'"
+            elif s and s.get("below_floor"):
+                style = " style='color:#999'"
+            score = (f"{s['f_keep']:.3f}" + (" <small>(&lt; 0.25 floor)</small>" if s["below_floor"] else "")
+                     + f"</td><td>{s['f_sim']:.3f}") if s else "</td><td>"
+            rows.append(f"<tr{style}><td>#{eid}{' ⟵ next evicted' if pos == 0 else ''}</td><td>{e['n_tokens']}</td>"
+                        f"<td>{e['size_main'] / MIB:.2f} / {e['size_dft'] / MIB:.2f} / {e['size_ckpt'] / MIB:.2f}</td>"
+                        f"<td>{_esc(e['head'][:48])}</td><td>slot {e['id_slot']} · task {e['id_task']}</td><td>{score}</td></tr>")
+        base = ""
+        if sc:
+            kind = "preview (no load needed)" if sc.get("preview") else "load"
+            base = (f"<div>scores against task {sc.get('task')} in slot {sc.get('slot')} ({kind}): baseline f_keep "
+                    f"{sc['f_keep_base']:.3f}, f_sim {sc['f_sim_base']:.3f}; winner "
+                    f"{'#' + str(sc['winner_id']) if sc.get('winner_id') is not None else 'none'}</div>")
+        self.cache_box.value = (base + "<table class='slotlab-cache'><tr><th>entry (FIFO, oldest first)</th><th>tokens</th>"
+                                "<th>MiB main / draft / ckpt</th><th>prompt</th><th>from</th><th>f_keep</th><th>f_sim</th></tr>"
+                                + "".join(rows) + "</table>")
+
+    def _render_events(self) -> None:
+        evs = list(self.engine.events.log)
+        if not self.live:
+            evs = [e for e in evs if e.seq <= self.state.last_seq]
+        kinds = sorted({e.kind for e in evs[-5000:]})
+        if list(self.f_kind.options)[1:] != kinds:
+            cur = self.f_kind.value
+            self.f_kind.options = ["(all)"] + kinds
+            self.f_kind.value = cur if cur in self.f_kind.options else "(all)"
+        k, s, r = self.f_kind.value, self.f_slot.value, self.f_reason.value
+        out = []
+        for e in reversed(evs):
+            if self.f_text.value and not e.message:
+                continue
+            if k != "(all)" and e.kind != k:
+                continue
+            if s != "(all)" and e.slot != int(s):
+                continue
+            if r != "(all)" and e.data.get("reason") != r:
+                continue
+            out.append(f"<tr><td>{e.seq}</td><td>{e.level}</td><td>{_esc(e.kind)}</td><td>{e.slot if e.slot >= 0 else ''}"
+                       f"</td><td>{e.task if e.task >= 0 else ''}</td><td><code>{_esc(e.message)}</code></td></tr>")
+            if len(out) >= self.max_rows:
+                break
+        self.events_box.value = ("<table class='slotlab-events'><tr><th>#</th><th>lvl</th><th>kind</th><th>slot</th>"
+                                 "<th>task</th><th>server log text</th></tr>" + "".join(out) + "</table>")
+
+    def _render_why(self, st: PanelState) -> None:
+        items = "".join(f"<li>task {t} (slot {s}): {_esc(m)}</li>" for t, s, m in reversed(st.why))
+        self.why_box.value = f"<ul class='slotlab-why'>{items}</ul>"
+
+    def _render_slots(self, st: PanelState) -> None:
+        rows = []
+        for i in range(st.n_slots):
+            sv = st.slot(i)
+            hist = " ".join(f"[t{t}: {c}+{p} {'/'.join(k)}]" for t, c, p, k in st.history.get(i, ()))
+            rows.append(f"<tr><td>slot {i}</td><td>{sv.state}</td><td>{sv.task}</td><td>{sv.n_tokens}</td><td>{sv.n_past}</td>"
+                        f"<td>{sv.prompt_n}</td><td>{sv.n_gen}</td><td>{len(sv.checkpoints)}</td><td><small>{_esc(hist)}</small></td></tr>")
+        self.slot_table.value = ("<table class='slotlab-slots'><tr><th>slot</th><th>state</th><th>task</th><th>n_tokens</th>"
+                                 "<th>cache_n</th><th>prompt_n</th><th>n_gen</th><th>ckpts</th><th>history (cached+prefilled)</th></tr>"
+                                 + "".join(rows) + "</table>")
