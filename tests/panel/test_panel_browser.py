@@ -28,7 +28,7 @@ def _port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
-    shutil.copy(Path(__file__).with_name("browser_panel.ipynb"), root / "panel.ipynb")
+    shutil.copy(Path(__file__).with_name("browser_panel.nb.json"), root / "panel.ipynb")
     port, token = _port(), "slotlab-test"
     env = dict(os.environ, JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"), JUPYTERLAB_SETTINGS_DIR=str(root / "settings"))
     proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",

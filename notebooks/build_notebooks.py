@@ -1,0 +1,484 @@
+"""Write and execute the course notebooks (outputs are committed; nbval compares them in `make test`).
+
+    .venv/bin/python notebooks/build_notebooks.py [NAME ...]
+Each notebook runs on the embedded default model in step mode (no thread, greedy, ignore_eos, so
+every number is deterministic), explains what happens and why, and asserts what it claims."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat as nbf
+from nbclient import NotebookClient
+
+HERE = Path(__file__).parent
+IGNORE = "# NBVAL_IGNORE_OUTPUT\n"
+
+
+def md(s: str):
+    return nbf.v4.new_markdown_cell(s.strip())
+
+
+def code(s: str, ignore: bool = False):
+    return nbf.v4.new_code_cell((IGNORE if ignore else "") + s.strip())
+
+
+NOTEBOOKS: dict[str, list] = {}
+
+NOTEBOOKS["01-tour"] = [
+    md("""# 01 · A tour of llama-server's slots, on a live model
+
+`llama-server` keeps one **slot** per parallel sequence (`-np`, default *auto* = 4 slots sharing one
+**unified** KV pool). For every request it picks a slot, decides how much of the prompt it can reuse
+(`cache_n`) and prefills the rest (`prompt_n`); between requests a **RAM prompt cache**
+(`--cache-ram`, 8192 MiB by default) keeps prompts that slots had to give up. slotlab runs exactly
+that machinery on a real `llama_context` (Gemma 3 270M), and this notebook walks through it with the
+server's defaults. Every number printed below is also asserted."""),
+    code("""from slotlab.engine.scheduler import Engine
+from slotlab.lab import ask, summary, why
+from slotlab.panel import Panel
+
+eng = Engine("-c 8192")          # the server's defaults, a smaller context to stay quick
+print(eng.slots_json()[0] | {"n_slots": len(eng.slots)})
+assert len(eng.slots) == 4 and eng.ctx.kv_unified"""),
+    md("""The panel shows every slot's tokens coloured by where they came from, the checkpoint chain, the
+RAM cache with each entry's `f_keep` / `f_sim`, the event log and a plain-words *why* per request.
+(Run the cells below and watch it; in step mode it redraws when a cell finishes.)"""),
+    code("""panel = Panel(eng)
+panel""", ignore=True),
+    md("""## Three users
+
+Alice and Bob chat; Carol sends an unrelated one-off question in between. The first request of an
+empty server lands in the **last** slot: all slots have `t_last_used = -1` and the LRU rule keeps the
+last of equal timestamps (`<=`, spec 1.3)."""),
+    code("""SYSTEM = "You are a precise assistant for a shipping company. Answer briefly. "
+alice1 = SYSTEM + "User Alice: which ports handle container ships in the north sea?"
+bob1 = SYSTEM + "User Bob: how long does customs clearance take?"
+r_a1 = ask(eng, alice1, 8); print(summary(r_a1))
+r_b1 = ask(eng, bob1, 8); print(summary(r_b1))
+assert r_a1["id_slot"] == 3 and r_a1["timings"]["cache_n"] == 0
+assert r_b1["id_slot"] == 3 and r_b1["timings"]["cache_n"] == 0"""),
+    md("""Bob's request shares the system prompt with Alice's, and Alice's slot was idle, so the server picked
+it by **LCP similarity** (`f_sim` above `-sps 0.10`). But keeping only the shared 15 tokens would
+lose most of Alice's slot (`f_keep < 0.5`), so her prompt was first **saved to the RAM cache**. And
+Gemma 3 slides its attention window: without `--swa-full` the slot cannot be cut back to position 15
+unless a checkpoint ends there, so the server re-processed Bob's prompt from scratch (`cache_n` 0).
+The engine's *why* lines say exactly that:"""),
+    code("""print(why(eng))"""),
+    code("""alice2 = alice1 + " Assistant: Rotterdam, Hamburg, Antwerp. User Alice: and which of them is deepest?"
+carol = "Translate to German: the weather is lovely today."
+r_c = ask(eng, carol, 6); print(summary(r_c))
+r_a2 = ask(eng, alice2, 8); print(summary(r_a2))
+print(why(eng, 2))
+assert r_a2["timings"]["cache_n"] > 0   # Alice's conversation came back from the RAM cache"""),
+    md("""Alice's follow-up found her old prompt in the RAM cache (the best `f_keep` / `f_sim`), restored it
+into a free slot and then restored the context checkpoint that came with it: 22 tokens reused."""),
+    md("""## What the server would report
+
+`/slots` (spec 8.1) and the `/metrics` counters: how many prompt tokens were reused from a slot or the
+cache, and how many were processed."""),
+    code("""import json
+for s in eng.slots_json():
+    print(json.dumps({k: s.get(k) for k in ("id", "n_ctx", "is_processing", "id_task", "n_prompt_tokens")}))
+m = eng.metrics
+print(f"prompt tokens reused {m.prompt_tokens_cached_total}, processed {m.prompt_tokens_total}, hit rate {m.hit_rate:.1%}")
+assert m.prompt_tokens_cached_total == sum(r["timings"]["cache_n"] for r in (r_a1, r_b1, r_c, r_a2))"""),
+    md("""## Try this
+1. Re-create the engine with `"-c 8192 -sps 0"` (similarity selection off) and replay the four
+   requests: which slots change, and does Alice still reuse her prefix (through the RAM cache)?
+2. Use `"-np 2 -c 8192"` (two slots, **not** unified): idle slots keep their KV instead of being saved
+   and cleared after each launch. Compare `cache_n` and the event log.
+3. Open the panel's *events* tab and filter on `cache_evict`: why was each entry removed?"""),
+]
+
+NOTEBOOKS["02-ram-cache"] = [
+    md("""# 02 · The RAM prompt cache (`--cache-ram`)
+
+When a slot is about to lose most of what it holds, llama-server saves the slot's sequence state
+(`llama_state_seq_get_data_ext`) into a RAM cache, and a later request can restore it into any slot.
+The policy (spec section 2) is small and exact; slotlab keeps it pure (`slotlab.engine.prompt_cache`)
+so each rule can be shown on its own with synthetic sizes, then on the live model."""),
+    code("""import numpy as np
+from slotlab.engine.prompt_cache import PromptCache
+
+events = []
+def log(kind, **f):
+    if f.get("message"):
+        events.append(f["message"].strip()); print(f["message"])
+
+cache = PromptCache(limit_size=1000, limit_tokens=4096, on_event=log)
+toks = lambda *r: np.concatenate([np.arange(a, b, dtype=np.int32) for a, b in r])"""),
+    md("""## `alloc`: dedupe, over-limit skip, obsolete prefix, make room
+Rules run in this order (spec 2.3): (1) a prompt that is a prefix of a cached one is skipped;
+(3) a single entry larger than the whole budget is skipped *before* anything is evicted; (4) cached
+prompts that are a prefix of the new one are removed as obsolete; (5) the oldest entries are evicted
+until the new one fits."""),
+    code("""a = cache.alloc(toks((0, 100)), [], 300)          # A: 100 tokens, 300 bytes
+b = cache.alloc(toks((0, 50)), [], 150)           # a prefix of A: already cached
+c = cache.alloc(toks((500, 600)), [], 2000)       # bigger than the 1000-byte budget: skipped
+d = cache.alloc(toks((0, 100), (100, 160)), [], 400)  # extends A: A is obsolete
+e = cache.alloc(toks((900, 1000)), [], 500)       # needs room: the oldest goes
+f = cache.alloc(toks((2000, 2100)), [], 450)
+print([x.n_tokens() for x in cache.entries], cache.size())
+assert b is None and c is None and [x.n_tokens() for x in cache.entries] == [100, 100] and cache.size() == 950"""),
+    md("""## The 40 % shrink
+If allocating the buffers fails (`std::bad_alloc`), the server permanently lowers the byte limit to
+40 % of what the cache holds. slotlab makes that failure injectable:"""),
+    code("""def failing(n):
+    raise MemoryError("injected")
+cache.allocate = failing
+g = cache.alloc(toks((3000, 3050)), [], 100)
+cache.allocate = lambda n: np.zeros(n, dtype=np.uint8)
+print("limit now", cache.limit_size, "bytes")
+# make room ran first (950 + 100 > 1000: the oldest 500-byte entry went), then the failure: 40 % of the
+# 450 bytes left; update() then evicts down to that new limit (nothing removed comes back)
+assert g is None and cache.limit_size == int(0.4 * 450) and cache.size() <= cache.limit_size"""),
+    md("""## `load`: f_keep, f_sim, the 0.25 floor and the order of the scan
+For a new prompt, each entry gets `f_keep = lcp / len(entry)` (how much of the entry is useful) and
+`f_sim = lcp / len(new)` (how much of the new prompt it covers), in float32. Entries with
+`f_keep < 0.25` are skipped; otherwise an entry wins only if it beats the running best on **both**
+axes, scanning oldest first — so the result depends on the order (spec appendix B):"""),
+    code("""new = toks((0, 60), (5000, 5040))                 # 100 tokens
+A = toks((0, 60), (7000, 7020))                   # 80 tokens, lcp 60: f_keep 0.75, f_sim 0.60
+B = toks((0, 90), (8000, 8210))                   # 300 tokens, lcp 60: f_keep 0.20 (below the floor)
+B2 = toks((0, 60), (8000, 8180))                  # 240 tokens, lcp 60: f_keep 0.25, f_sim 0.60
+for order in ((A, B2), (B2, A)):
+    c2 = PromptCache(0, 4096)
+    for t in order:
+        c2.alloc(t, [], 10)
+    res = c2.load(np.empty(0, np.int32), new)      # an empty slot: baseline f_keep -1
+    print([(s.n_tokens, round(float(s.f_keep), 3), round(float(s.f_sim), 3), s.winner) for s in res.scores])
+    assert res.entry is not None and res.entry.n_tokens() == 80 if order[0] is A else res.entry.n_tokens() == 240"""),
+    md("""Both entries cover the same 60 tokens (`f_sim` 0.60 each), so whichever is scanned first wins and
+the other cannot beat it strictly: the 80-token entry when it is older, the 240-token one otherwise.
+
+## On the live model: save, load, remove-on-load, `update()`
+`update()` enforces the byte limit, then a token limit of `max(n_ctx, limit_size / bytes per token)`,
+re-estimated every time (spec 2.5)."""),
+    code("""from slotlab.engine.scheduler import Engine
+from slotlab.lab import ask, summary
+eng = Engine("-np 1 -c 2048 --swa-full -sps 0 --cache-ram 4")   # room for two ~1.9 MiB entries
+doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is filed on shelf {i % 5}." for i in range(n))
+for t in ("orchards", "glaciers", "quarries"):
+    print(summary(ask(eng, doc(t, 6), 2)))
+print([(e["id"], e["n_tokens"], e["head"]) for e in eng.cache_json()["entries"]])
+r = ask(eng, doc("glaciers", 6) + " And?", 2); print(summary(r))
+for e in eng.events.log[-40:]:
+    if e.kind in ("cache_save", "cache_evict", "cache_load_found", "cache_state") and e.message:
+        print(e.message)
+print([(e["id"], e["n_tokens"], e["head"]) for e in eng.cache_json()["entries"]])
+assert r["timings"]["cache_n"] > 50                                       # glaciers came back from RAM
+assert [e["head"].split()[3] for e in eng.cache_json()["entries"]] == ["quarries:"]  # orchards made room, glaciers was taken"""),
+    md("""## Try this
+1. Set `--cache-ram -1` (no byte limit) and a small `-c`: the cache is then capped at `n_ctx` tokens in
+   total — watch the `cache token limit` evictions.
+2. Build two entries where one is better on `f_keep` and the other on `f_sim`: which one wins, and why
+   is it never the "best of both"?
+3. Inject the allocation failure on the live engine (`Engine(..., allocate=...)`) and read the
+   `cache size limit reduced` line in the event log."""),
+]
+
+NOTEBOOKS["03-save-load"] = [
+    md("""# 03 · Slot save / restore / erase (`--slot-save-path`)
+
+`POST /slots/{id}?action=save|restore|erase` writes a slot's KV state to a file and reads it back.
+The file is `llama_state_seq_save_file`'s body: a header, the slot's tokens (packed as
+`server_tokens` state), then the sequence state. **slotlab extension:** when the slot has context
+checkpoints (or a draft context), slotlab appends an `SCKP` checkpoint appendix (and an `SDFT` draft
+appendix) after the body; a stock llama-server of the same build restores the body and ignores them."""),
+    code("""import tempfile, struct
+from pathlib import Path
+from slotlab.engine.scheduler import Engine
+from slotlab.lab import ask, summary, action, hexdump
+
+d = Path(tempfile.mkdtemp())
+eng = Engine(f"-np 2 -c 4096 --slot-save-path {d}")      # default flags: SWA, checkpoints on
+prompt = " ".join(f"Entry {i} of the lighthouse log: fog at dawn, clear by noon." for i in range(12))
+print(summary(ask(eng, prompt, 3, id_slot=0)))
+status, reply = action(eng, "save", 0, "log.bin"); print(status, reply)
+assert status == 200 and reply["n_saved"] == len(eng.slots[0].tokens)"""),
+    md("""## The file, byte by byte
+Magic `ggsq` (0x67677371), version 3, the number of 32-bit words, then the packed tokens: marker -1,
+version 1, the token count, the tokens, a media count of 0. The state follows; after it, the SCKP
+appendix (magic 0x504b4353)."""),
+    code("""raw = (d / "log.bin").read_bytes()
+print(hexdump(raw, 0, 48))
+magic, version, n_words = struct.unpack_from("<III", raw)
+print(f"magic {magic:08x}, version {version}, {n_words} words")
+body = reply["n_written"]
+print(f"body {body} bytes, appendix {len(raw) - body} bytes")
+print(hexdump(raw, body, 16))
+assert magic == 0x67677371 and struct.unpack_from("<I", raw, body)[0] == 0x504B4353"""),
+    md("""## Erase, restore, and the next request reuses the restored tokens"""),
+    code("""print(action(eng, "erase", 0))
+print(action(eng, "restore", 0, "log.bin"))
+print("checkpoints restored from the appendix:", len(eng.slots[0].checkpoints))
+r = ask(eng, prompt + " Any storms?", 3, id_slot=0); print(summary(r))
+assert r["timings"]["cache_n"] > 0"""),
+    md("""Restoring into **another** slot works the same way (the file names no slot)."""),
+    code("""print(action(eng, "restore", 1, "log.bin"))
+r1 = ask(eng, prompt + " Any ships?", 3, id_slot=1); print(summary(r1))
+assert r1["id_slot"] == 1 and r1["timings"]["cache_n"] > 0"""),
+    md("""## Failure modes, with the server's texts"""),
+    code("""for act, slot, name in [("save", 0, "../escape.bin"), ("save", 0, "a:b"), ("save", 0, ""),
+                        ("restore", 0, "missing.bin")]:
+    print(act, repr(name), *action(eng, act, slot, name))
+(d / "cut.bin").write_bytes(raw[: body // 2])
+status, rep = action(eng, "restore", 0, "cut.bin"); print("truncated:", status, rep)
+print("slot 0 after a failed restore:", len(eng.slots[0].tokens), "tokens")
+assert status == 400 and len(eng.slots[0].tokens) == 0
+other = Engine(f"-np 2 -kvu -c 4096 --slot-save-path {d}", model=eng.model)   # unified: another layout
+status, rep = action(other, "restore", 0, "log.bin"); print("other layout:", status, rep)
+assert status == 400"""),
+    md("""## Try this
+1. Save with `--no-slot-appendices`: the file is exactly the server's, and after restoring it a
+   default-flag follow-up must re-process everything (no checkpoint) — compare `cache_n`.
+2. Save a slot, generate more in it, then restore: what happens to the tokens generated after the save?
+3. Truncate the file inside the appendix instead of the body: the restore succeeds, without checkpoints."""),
+]
+
+NOTEBOOKS["04-cache-reuse-shifting"] = [
+    md("""# 04 · `--cache-reuse`: shifting KV chunks instead of recomputing them
+
+After the common prefix, llama-server looks for chunks of the slot's old tokens that reappear later in
+the new prompt (at least `--cache-reuse N` tokens long), deletes what is in between and **shifts** the
+chunk down with `llama_memory_seq_add` (spec 3.4). The llama.cpp docs illustrate it with letters:
+cache `AAABCCCC`, new prompt `AAACCCC` → keep `AAA`, drop `B`, shift `CCCC` left."""),
+    code("""from slotlab.engine.scheduler import Engine
+from slotlab.lab import ask, summary
+block = lambda word, n: " ".join(f"{word} {i}." for i in range(n))
+A, B, C = block("alpha", 20), block("bravo", 20), block("charlie", 40)
+eng = Engine("-np 1 -c 4096 --swa-full --cache-reuse 16")
+print(summary(ask(eng, f"{A} {B} {C}", 2)))
+r = ask(eng, f"{A} {C}", 2); print(summary(r))
+for e in eng.events.filter(["cache_reuse_shift"]):
+    print(e.message)
+shifts = eng.slots[0].shifts
+assert len(shifts) == 1 and r["timings"]["cache_n"] > len(eng.model.tokenize(A))"""),
+    md("""`cache_n` now counts the common prefix **and** the shifted chunk: only the tokens after it are
+prefilled. The move `[a, b) -> [c, d)` always goes to lower positions: the prompt cursor never passes
+the cache cursor.
+
+## Why Gemma 3 needs `--swa-full`
+Gemma 3 uses sliding-window attention; without `--swa-full` its SWA cache only holds the last 512
+positions plus a batch, so it cannot be shifted (`llama_memory_can_shift` is false). The server then
+ignores `n_cache_reuse` with a warning:"""),
+    code("""eng2 = Engine("-np 1 -c 4096 --cache-reuse 16", model=eng.model)
+print("can_shift:", eng2.ctx.can_shift)
+ask(eng2, f"{A} {B} {C}", 2)
+r2 = ask(eng2, f"{A} {C}", 2, n_cache_reuse=16); print(summary(r2))
+print([e.message for e in eng2.events.log if e.kind == "cache_reuse_unsupported"])
+assert not eng2.ctx.can_shift and not eng2.slots[0].shifts"""),
+    md("""## What it saves
+Same two requests with and without `--cache-reuse`, on `--swa-full`:"""),
+    code("""eng3 = Engine("-np 1 -c 4096 --swa-full", model=eng.model)
+ask(eng3, f"{A} {B} {C}", 2)
+r3 = ask(eng3, f"{A} {C}", 2)
+saved = r3["timings"]["prompt_n"] - r["timings"]["prompt_n"]
+print(f"prefill without reuse: {r3['timings']['prompt_n']} tokens, with reuse: {r['timings']['prompt_n']} -> {saved} tokens saved")
+assert saved > 0"""),
+    md("""## Try this
+1. Insert a chunk instead of deleting one (`A C` then `A B C`): nothing can be shifted up.
+2. Raise `--cache-reuse` above the chunk length: the chunk is no longer reused.
+3. Set `n_cache_reuse=0` on one request to turn it off per request."""),
+]
+
+NOTEBOOKS["05-idle-slots"] = [
+    md("""# 05 · Idle slots: saved, cleared, purged (`--cache-idle-slots`, unified KV)
+
+With the server's defaults (auto `-np` → 4 slots and a **unified** KV pool), every launch saves the
+*other* idle slots to the RAM cache and clears them (spec 1.6): their cells go back to the shared pool.
+A conversation then continues through the RAM cache, possibly in another slot. Without a unified pool
+(`-np N` alone) idle slots keep their KV."""),
+    code("""from slotlab.engine.scheduler import Engine
+from slotlab.lab import ask, summary, why
+doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is on shelf {i % 5}." for i in range(n))
+uni = Engine("-np 2 -kvu -c 4096 --swa-full")
+for p in (doc("rivers", 6), doc("caves", 6), doc("rivers", 6) + " More?"):
+    print(summary(ask(uni, p, 3)))
+print(why(uni, 3))
+print("slot tokens after the run:", [len(s.tokens) for s in uni.slots])"""),
+    md("""The `rivers` conversation started in slot 1, was saved and cleared when `caves` launched, and came
+back through a RAM-cache **load** into whichever slot LRU picked. Non-unified, the same traffic:"""),
+    code("""sep = Engine("-np 2 -c 4096 --swa-full", model=uni.model)
+res = [ask(sep, p, 3) for p in (doc("rivers", 6), doc("caves", 6), doc("rivers", 6) + " More?")]
+for r in res: print(summary(r))
+print("slot tokens after the run:", [len(s.tokens) for s in sep.slots])
+assert res[2]["id_slot"] == res[0]["id_slot"] and all(len(s.tokens) for s in sep.slots)"""),
+    md("""## KV pressure: `try_clear_idle_slots` and batch halving
+In a unified pool a decode can fail for lack of free cells even though the slot is under its `n_ctx`.
+The server then purges the first idle slot that holds tokens (not saved!) and retries; only when
+nothing can be purged does it halve the batch (spec 6.2, 6.3)."""),
+    code("""tight = Engine("-np 2 -kvu -c 1024 -b 512 --no-cache-idle-slots --swa-full", model=uni.model)
+print(summary(ask(tight, doc("volcanoes", 40), 2)))
+print(summary(ask(tight, doc("beekeeping", 26), 2)))
+for e in tight.events.log:
+    if e.kind in ("slot_purge", "decode_retry"):
+        print(e.message)
+assert any(e.kind == "slot_purge" for e in tight.events.log)"""),
+    md("""## Try this
+1. Run the unified example with `--no-cache-idle-slots`: the `rivers` slot keeps its KV until a purge.
+2. Send two long prompts at once (`submit` both, then `run_until_idle`) in the tight pool: nothing idle
+   can be purged, so the batch is halved — find the `retrying with smaller batch size` lines.
+3. Add `--kv-unified-per-slot 512`: how does it change `n_ctx_slot`?"""),
+]
+
+NOTEBOOKS["06-checkpoints"] = [
+    md("""# 06 · Context checkpoints on a sliding-window model (`--ctx-checkpoints`)
+
+Gemma 3's SWA layers forget positions older than the 512-token window, so a slot cannot simply be cut
+back to an earlier position (spec 3.5). The server therefore takes **checkpoints** (PARTIAL_ONLY
+state snapshots) while processing a prompt — before the batch is decoded, at `N - (4 + n_ubatch)` and
+`N - 4`, and at user-message starts — and restores the newest usable one when a later request
+diverges. With none usable it re-processes the whole prompt."""),
+    code("""from slotlab.engine.scheduler import Engine
+from slotlab.lab import ask, summary
+doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is filed on shelf {i % 5}." for i in range(n))
+eng = Engine("-np 1 -c 4096")
+long = doc("harbours", 48)
+r = ask(eng, long, 3); print(summary(r))
+for c in eng.slots[0].checkpoints:
+    print(f"checkpoint at n_tokens {c.n_tokens}: pos [{c.pos_min}, {c.pos_max}], {c.size() / 2**20:.2f} MiB")
+N = r["tokens_evaluated"]
+assert [c.n_tokens for c in eng.slots[0].checkpoints] == [N - (4 + 512), N - 4]"""),
+    md("""## Diverging inside and outside the window"""),
+    code("""def ckpt_story(eng, task_id):
+    msgs = [e.message for e in eng.events.log if e.task == task_id and e.kind in
+            ("checkpoint_restored", "checkpoint_none", "checkpoint_evict", "checkpoint_created")]
+    return msgs or ["(the memory still holds what n_past needs: no checkpoint involved)"]
+
+cases = {"inside the window (near the end)": doc("harbours", 46) + " Stop here.",
+         "before the window, after a checkpoint": doc("harbours", 27) + " Stop here.",
+         "far back, before every checkpoint": doc("harbours", 10) + " Start over."}
+res = {}
+for label, p in cases.items():
+    ask(eng, long, 3)                       # put the long prompt back in the slot first
+    res[label] = ask(eng, p, 3)
+    tid = max(t.id for t in eng.tasks.values() if t.done)
+    print(f"{label}: {summary(res[label])}")
+    for m in ckpt_story(eng, tid):
+        print("   ", m[:110])
+r_in, r_mid, r_far = res.values()
+assert r_in["timings"]["cache_n"] > 800 and 0 < r_mid["timings"]["cache_n"] < 600 and r_far["timings"]["cache_n"] == 0"""),
+    md("""## Trade-offs: how many, how far apart
+`--ctx-checkpoints` caps the list per slot (oldest evicted first); `--checkpoint-min-step` spaces them.
+Checkpoints also travel with RAM-cache entries, and their bytes count against `--cache-ram`:"""),
+    code("""chat = "".join(f"<start_of_turn>user\\n{doc(f'ledger {i}', 8)}<end_of_turn>\\n<start_of_turn>model\\nFiled.<end_of_turn>\\n" for i in range(4))
+delims = [{"role": "user", "delimiter": "<start_of_turn>user\\n"}, {"role": "assistant", "delimiter": "<start_of_turn>model\\n"}]
+for flags in ("-np 1 -c 8192 -cms 128", "-np 1 -c 8192 -cms 128 --ctx-checkpoints 2"):
+    e2 = Engine(flags, model=eng.model)
+    ask(e2, chat + "<start_of_turn>user\\nSum up.<end_of_turn>\\n<start_of_turn>model\\n", 2, message_delimiters=delims)
+    ck = e2.slots[0].checkpoints
+    print(f"{flags:45s} {len(ck)} checkpoints, {sum(c.size() for c in ck) / 2**20:.2f} MiB, at {[c.n_tokens for c in ck]}")
+assert len(ck) == 2"""),
+    md("""## Try this
+1. Add `--swa-full`: no checkpoints are created (the memory can be truncated), at the price of a full-
+   size SWA cache — compare `eng.ctx.state_seq_size(0)`.
+2. Lower `--checkpoint-min-step` to 0 and count the checkpoints of a long multi-turn chat.
+3. Evict the slot to the RAM cache (send an unrelated request with `-np 1`) and come back: the
+   checkpoints come back with the entry."""),
+]
+
+NOTEBOOKS["07-tune-your-server"] = [
+    md("""# 07 · Tune your server: replay traffic under several flag settings
+
+A multi-tenant trace: four users share a long system prompt and each continues their own
+conversation turn by turn; one user pastes a long document in between. We replay it under several settings and compare the prompt-cache hit rate,
+prefill tokens saved and RAM used. Replace the trace with your own (same JSON as `slotlab replay`)."""),
+    code("""import json, tempfile
+from pathlib import Path
+from slotlab.engine.replay import parse_trace, load_trace, replay
+from slotlab.llama import Model
+
+SYSTEM = "You are the support assistant of a bicycle shop. Policies: " + " ".join(f"Rule {i}: be kind about item {i}." for i in range(25))
+users = ["Ana", "Ben", "Chen", "Dara"]
+def convo(u, turn):
+    past = "".join(f"\\nUser {u}: question {k} about my order\\nAssistant: answer {k}." for k in range(turn))
+    return f"{SYSTEM}{past}\\nUser {u}: question {turn} about my order"
+reqs = []
+for turn in range(3):
+    for u in users:
+        reqs.append({"prompt": convo(u, turn), "n_predict": 4})
+    if turn == 1:
+        reqs.append({"prompt": "Summarize: " + " ".join(f"Paragraph {i} of the manual explains gear {i}." for i in range(60)), "n_predict": 4})
+base = {"flags": [], "requests": reqs}
+print(len(reqs), "requests")"""),
+    code("""model = Model()
+settings = {
+    "defaults (-np auto, unified)": ["-c", "8192"],
+    "--cache-ram 0": ["-c", "8192", "--cache-ram", "0"],
+    "-sps 0 (LRU only)": ["-c", "8192", "-sps", "0"],
+    "-sps 0 --cache-ram 0": ["-c", "8192", "-sps", "0", "--cache-ram", "0"],
+    "-np 2 -sps 0 (not unified)": ["-np", "2", "-c", "8192", "-sps", "0"],
+    "--swa-full": ["-c", "8192", "--swa-full"],
+}
+rows = []
+for name, flags in settings.items():
+    out = replay(parse_trace({"flags": flags, "requests": reqs}), model=model)
+    eng = out.pop("engine")
+    m = eng.metrics
+    ram = max([e.data["size"] for e in eng.events.filter(["cache_state"])] or [0])
+    rows.append((name, m.hit_rate, m.prompt_tokens_cached_total, m.prompt_tokens_total, ram / 2**20))
+    eng.close()
+for r in rows:
+    print(f"{r[0]:32s} hit rate {r[1]:6.1%}  reused {r[2]:6d}  prefilled {r[3]:6d}  peak RAM cache {r[4]:7.2f} MiB")
+hit = {r[0]: r[1] for r in rows}
+assert hit["--swa-full"] > hit["-np 2 -sps 0 (not unified)"] > hit["defaults (-np auto, unified)"]
+assert hit["-sps 0 --cache-ram 0"] > hit["-sps 0 (LRU only)"]   # here the RAM cache even hurts"""),
+    md("""Why so different? On Gemma 3 without `--swa-full`, a slot can only go back to a position for which a
+checkpoint exists (spec 3.5): a user's **own** next turn extends their previous prompt (a checkpoint
+sits 4 tokens before its end), but another user's prompt diverges right after the shared system
+prompt, where there is none — full re-processing.
+* With the defaults, LCP similarity sends every tenant to the slot holding the shared system prompt
+  (`f_sim` ≈ 0.98), and every switch of tenant re-processes everything: 0 % reuse.
+* The RAM cache ranks entries by `f_keep` / `f_sim`, not by whether a checkpoint makes them usable:
+  Chen's first turn loads Ana's conversation (it differs only in the name), cannot use it, and the
+  load also removes it from the cache (remove-on-load), so Ana's next turn finds nothing. That is why
+  `-sps 0 --cache-ram 0` beats `-sps 0` on this traffic.
+* With separate slots (`-np 2`, not unified) conversations stay in their slots.
+* `--swa-full` keeps the whole SWA cache (more KV memory), so any shared prefix is reusable.
+  `message_delimiters` (sent by chat endpoints) would put checkpoints at user-message starts instead.
+Run the `why` helper (`from slotlab.lab import why`) on any of these engines to read it request by request."""),
+    code("""import plotly.graph_objects as go
+fig = go.Figure([go.Bar(name="tokens reused", x=[r[0] for r in rows], y=[r[2] for r in rows]),
+                 go.Bar(name="tokens prefilled", x=[r[0] for r in rows], y=[r[3] for r in rows])])
+fig.update_layout(barmode="stack", height=360, title="prompt tokens per setting")
+fig.show()""", ignore=True),
+    md("""## Your own trace
+Write your traffic as `{"flags": [...], "requests": [{"prompt": ..., "n_predict": ...}, ...]}` (slot
+actions and `"wait": false` for concurrency work too) and load it:"""),
+    code("""path = Path(tempfile.mkdtemp()) / "my-trace.json"
+path.write_text(json.dumps({"flags": ["-c", "8192"], "requests": reqs[:5]}))
+out = replay(load_trace(path), model=model)
+print([(r["id_slot"], r["cache_n"], r["prompt_n"]) for r in out["results"]])
+out["engine"].close()"""),
+    md("""## Try this
+1. Add `"-np 8 -kvu"` to the settings: more slots, same pool — does the hit rate move?
+2. Shrink `--cache-ram` until entries are evicted by bytes; find the knee in the hit rate.
+3. Replay a log of your own application (`slotlab replay my-trace.json --events ev.jsonl`) and open the
+   events in pandas (`engine.events.to_dataframe()`)."""),
+]
+
+
+def build(name: str) -> None:
+    if name in NOTEBOOKS:
+        nb = nbf.v4.new_notebook()
+        nb.cells = NOTEBOOKS[name]
+    else:  # a hand-written notebook: re-execute it in place
+        nb = nbf.read(HERE / f"{name}.ipynb", 4)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(HERE)}},
+                            store_widget_state=False)
+    client.execute()
+    for c in nb.cells:
+        c.metadata.pop("execution", None)
+    nb.metadata.pop("widgets", None)
+    path = HERE / f"{name}.ipynb"
+    nbf.write(nb, path)
+    print(f"{path.name}: {path.stat().st_size / 1024:.0f} KiB")
+
+
+if __name__ == "__main__":
+    for n in sys.argv[1:] or ["00-what-slotlab-runs-on", *NOTEBOOKS]:
+        build(n)
