@@ -104,8 +104,9 @@ from slotlab.engine.prompt_cache import PromptCache
 
 events = []
 def log(kind, **f):
-    if f.get("message"):
-        events.append(f["message"].strip()); print(f["message"])
+    if f.get("message"):          # the server's log line for each decision
+        events.append(f["message"].strip())
+        print(f["message"])
 
 cache = PromptCache(limit_size=1000, limit_tokens=4096, on_event=log)
 toks = lambda *r: np.concatenate([np.arange(a, b, dtype=np.int32) for a, b in r])"""),
