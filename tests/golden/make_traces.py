@@ -193,6 +193,18 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
         {"action": "restore", "id_slot": 1, "filename": "from_slotlab.bin"},
         req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
     ], "files": {"from_slotlab.bin": "../data/slotlab_sckp.bin"}}
+    # notebook 07's multi-tenant traffic on the server defaults (SWA): LCP similarity funnels tenants into
+    # one slot, and with -sps 0 a RAM-cache load picks another tenant's conversation it cannot use
+    system = "You are the support assistant of a bicycle shop. Policies: " + " ".join(
+        f"Rule {i}: be kind about item {i}." for i in range(25))
+
+    def convo(u: str, turn: int) -> str:
+        past = "".join(f"\nUser {u}: question {k} about my order\nAssistant: answer {k}." for k in range(turn))
+        return f"{system}{past}\nUser {u}: question {turn} about my order"
+
+    tenants = [req(convo(u, turn), 4) for turn in range(2) for u in ("Ana", "Ben", "Chen", "Dara")]
+    t["multi_tenant_defaults"] = {"flags": ["-c", "8192"], "requests": tenants}
+    t["multi_tenant_sps0"] = {"flags": ["-c", "8192", "-sps", "0"], "requests": tenants}
     # a draft model (-md: the same GGUF): RAM-cache entries carry main + draft bytes, restored jointly
     md = ["-md", "{model}", "--spec-type", "draft-simple", "--spec-draft-n-max", "3", "-sps", "0"]
     t["draft_model_cache"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", "--swa-full", *md], "requests": [
