@@ -40,48 +40,57 @@ def _request_result(status: int, body: dict) -> dict:
             "tokens_cached": body["tokens_cached"], "content": body["content"], "error": None}
 
 
+def send_trace(srv: LlamaServer, trace) -> tuple[list, list]:
+    """Send a trace's requests to a running server exactly as `slotlab replay` orders them; returns
+    (results in the golden schema, raw /completion bodies)."""
+    results: list = [None] * len(trace.requests)
+    raw: list = [None] * len(trace.requests)
+    threads = []
+    for i, r in enumerate(trace.requests):
+        if "action" in r:
+            body = {"filename": r["filename"]} if "filename" in r else {}
+            st, rep = srv.post(f"/slots/{r['id_slot']}?action={r['action']}", body)
+            results[i] = {"action": r["action"], "status": st, "reply": rep if st == 200 else {"error": _error(rep)}}
+            continue
+        req = {"prompt": r["prompt"], "n_predict": r.get("n_predict", -1), "temperature": r.get("temperature", 0.0),
+               "ignore_eos": True, "id_slot": r.get("id_slot", -1)}
+        for k in ("cache_prompt", "n_cache_reuse", "seed", "message_delimiters"):
+            if k in r:
+                req[k] = r[k]
+
+        def run(i=i, req=req):
+            st, body = srv.post("/completion", req)
+            results[i] = _request_result(st, body)
+            raw[i] = body
+
+        if r.get("wait", True):
+            run()
+            continue
+        _, before = srv.get("/slots")
+        seen = {s.get("id_task") for s in before if s.get("is_processing")}
+        th = threading.Thread(target=run)
+        th.start()
+        threads.append(th)
+        deadline = time.time() + 300
+        while th.is_alive() and time.time() < deadline:
+            _, cur = srv.get("/slots")
+            if any(s.get("is_processing") and s.get("id_task") not in seen for s in cur):
+                break
+            time.sleep(0.002)
+    for th in threads:
+        th.join()
+    return results, raw
+
+
 def record(trace_path: Path) -> None:
     trace = load_trace(trace_path)
     name = trace_path.stem
     slots_dir = tempfile.mkdtemp(prefix="golden-slots-")
     log = DIR / f"{name}.llama-server.log"
-    results: list = [None] * len(trace.requests)
     install_files(trace, slots_dir)
     flags = resolve_flags(trace.flags, type("M", (), {"path": default_model_path()}))
     with LlamaServer(default_model_path(), [*flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
-        threads = []
-        for i, r in enumerate(trace.requests):
-            if "action" in r:
-                body = {"filename": r["filename"]} if "filename" in r else {}
-                st, rep = srv.post(f"/slots/{r['id_slot']}?action={r['action']}", body)
-                results[i] = {"action": r["action"], "status": st, "reply": rep if st == 200 else {"error": _error(rep)}}
-                continue
-            req = {"prompt": r["prompt"], "n_predict": r.get("n_predict", -1), "temperature": r.get("temperature", 0.0),
-                   "ignore_eos": True, "id_slot": r.get("id_slot", -1)}
-            for k in ("cache_prompt", "n_cache_reuse", "seed", "message_delimiters"):
-                if k in r:
-                    req[k] = r[k]
-
-            def run(i=i, req=req):
-                st, body = srv.post("/completion", req)
-                results[i] = _request_result(st, body)
-
-            if r.get("wait", True):
-                run()
-                continue
-            _, before = srv.get("/slots")
-            seen = {s.get("id_task") for s in before if s.get("is_processing")}
-            th = threading.Thread(target=run)
-            th.start()
-            threads.append(th)
-            deadline = time.time() + 300
-            while th.is_alive() and time.time() < deadline:
-                _, cur = srv.get("/slots")
-                if any(s.get("is_processing") and s.get("id_task") not in seen for s in cur):
-                    break
-                time.sleep(0.002)
-        for th in threads:
-            th.join()
+        results, _ = send_trace(srv, trace)
     keep = DIR / f"{name}.files"
     if json.loads(trace_path.read_text()).get("keep_files"):
         keep.mkdir(exist_ok=True)
