@@ -148,15 +148,41 @@ def cmd_replay(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay}
+def cmd_serve(argv: list[str]) -> int:
+    """`slotlab serve [llama-server flags]`: the same command line as llama-server."""
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: slotlab serve [llama-server flags]  (e.g. -m MODEL --host 127.0.0.1 --port 8080 -np 4 "
+              "--cache-ram 8192 --slot-save-path DIR --metrics --api-key KEY)")
+        return 0
+    import uvicorn
+
+    from slotlab.engine.params import ServerParams
+    from slotlab.engine.scheduler import Engine
+    from slotlab.serve import build_app
+
+    params = ServerParams.from_args(argv)
+    for note in params.notes:
+        print(f"slotlab: note: {note}", file=sys.stderr)
+    eng = Engine(params)
+    eng.start()
+    print(f"slotlab serve: {len(eng.slots)} slots, n_ctx_slot {eng.n_ctx_slot}, listening on "
+          f"http://{params.host}:{params.port}", file=sys.stderr, flush=True)
+    level = "info" if params.verbosity >= 4 else "warning"
+    uvicorn.run(build_app(eng), host=params.host, port=params.port, log_level=level, lifespan="off")
+    eng.stop()
+    return 0
+
+
+COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: slotlab {info,lab,replay} ...\n  info    print model, context, slot configuration and build capabilities\n"
+        print("usage: slotlab {info,lab,replay,serve} ...\n  info    print model, context, slot configuration and build capabilities\n"
               "  lab     start JupyterLab on the notebooks (settings and workspace in lab/)\n"
-              "  replay  replay a request trace as llama-server would serve it (--json for the golden schema)")
+              "  replay  replay a request trace as llama-server would serve it (--json for the golden schema)\n"
+              "  serve   a llama-server compatible HTTP server on the lab's engine (same flags)")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:
         return COMMANDS[argv[0]](argv[1:])

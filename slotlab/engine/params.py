@@ -47,6 +47,14 @@ class ServerParams:
     spec_type: str = "none"  # --spec-type: slotlab models "draft-simple" (with -md) and "none"
     verbosity: int = 3  # -lv; -v = 4 (TRC)
     slot_appendices: bool = True  # slotlab extension: SCKP/SDFT appendices in slot files (--no-slot-appendices)
+    # the HTTP front (`slotlab serve`)
+    host: str = "127.0.0.1"  # --host
+    port: int = 8080  # --port
+    api_key: str | None = None  # --api-key
+    metrics: bool = False  # --metrics
+    slots_endpoint: bool = True  # --slots / --no-slots
+    webui: bool = True  # --webui / --no-webui (slotlab serves no web UI; accepted for compatibility)
+    notes: tuple = ()  # flags accepted only for compatibility (performance-only), one line each
     explicit: frozenset = field(default_factory=frozenset, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -119,11 +127,17 @@ class ServerParams:
         if isinstance(args, str):
             args = shlex.split(args)
         values: dict[str, Any] = {}
+        notes: list[str] = []
         i = 0
         while i < len(args):
             arg = args[i]
             name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
             spec = _FLAGS.get(name)
+            if spec is None and name in _PERF_ONLY:
+                takes_value = _PERF_ONLY[name]
+                notes.append(f"{name}: only affects performance in llama-server; ignored by slotlab")
+                i += 1 + (1 if takes_value and not eq else 0)
+                continue
             if spec is None:
                 hint = " (slotlab models only the slot and cache flags; see `slotlab info --help`)"
                 raise ConfigError(f"unknown or unsupported llama-server flag: {arg}{hint}")
@@ -151,6 +165,8 @@ class ServerParams:
             except ValueError:
                 raise ConfigError(f"{name}: invalid value {raw!r}") from None
         values.update(overrides)
+        if notes:
+            values["notes"] = tuple(notes)
         return cls(explicit=frozenset(values), **values)
 
     def to_args(self) -> list[str]:
@@ -162,6 +178,8 @@ class ServerParams:
                 continue
             object.__setattr__(default, f.name, f.default if f.default is not dataclasses.MISSING else None)
         for key, flag in _CANONICAL.items():
+            if key == "api_key":
+                continue  # never echo a secret into logs or the panel
             v, d = getattr(self, key), getattr(default, key)
             if v == d and key not in self.explicit:
                 continue
@@ -232,3 +250,14 @@ _flag("spec_type", "--spec-type", str)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
 _switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only
 _FLAGS["-v"] = _FLAGS["--verbose"] = ("verbosity", 4)  # a switch that sets a value
+_flag("host", "--host", str)
+_flag("port", "--port", _int)
+_flag("api_key", "--api-key", str)
+_switch("metrics", "--metrics")
+_switch("slots_endpoint", "--slots", "--no-slots")
+_switch("webui", "--webui", "--no-webui")
+# accepted so a llama-server command line runs unchanged; they change speed, not decisions
+_PERF_ONLY = {"--mlock": False, "--no-mmap": False, "-fa": True, "--flash-attn": True, "--threads-http": True,
+              "-ctk": True, "--cache-type-k": True, "-ctv": True, "--cache-type-v": True, "--prio": True,
+              "--poll": True, "-dev": True, "--device": True, "--no-warmup": False, "--log-timestamps": False,
+              "--log-prefix": False, "--log-colors": True, "-a": True, "--alias": True}

@@ -86,6 +86,7 @@ class Engine:
         self.queue: collections.deque[Task] = collections.deque()
         self.deferred: list[Task] = []
         self.tasks: dict[int, Task] = {}
+        self._cancels: list[Task] = []
         self._next_task_id = 0
         self._t_last = -1
         cap = self.ctx.n_batch + len(self.slots)
@@ -159,7 +160,8 @@ class Engine:
 
     def submit(self, prompt: str | list | np.ndarray, *, n_predict: int | None = None, id_slot: int = -1,
                cache_prompt: bool | None = None, n_cache_reuse: int | None = None, temperature: float = 0.0,
-               seed: int = 0xFFFFFFFF, ignore_eos: bool = False, message_delimiters: list | None = None) -> Task:
+               seed: int = 0xFFFFFFFF, ignore_eos: bool = False, message_delimiters: list | None = None,
+               stop: list | None = None, on_token=None) -> Task:
         """Queue a completion (the `/completion` request fields). Returns the task; its `result` is set
         when done. In live mode `task.wait()` blocks for it."""
         self._check_alive()
@@ -173,12 +175,12 @@ class Engine:
             temperature=float(temperature), seed=int(seed), ignore_eos=bool(ignore_eos),
             cache_prompt=self.params.cache_prompt if cache_prompt is None else bool(cache_prompt),
             n_cache_reuse=self.default_cache_reuse if n_cache_reuse is None else int(n_cache_reuse),
-            id_slot=int(id_slot))
+            id_slot=int(id_slot), stop=list(stop or []))
         params.message_spans = find_message_spans(tokens, [
             (role, self.model.tokenize(d, add_special=False, parse_special=True))
             for role, d in parse_delimiters(message_delimiters or [])])
         with self._lock:
-            task = self._new_task(TaskType.COMPLETION, tokens=tokens, params=params)
+            task = self._new_task(TaskType.COMPLETION, tokens=tokens, params=params, on_token=on_token)
             self.queue.append(task)
             self._emit("task_queued", "", task=task.id, n_tokens=task.n_tokens, id_slot=id_slot)
         self._wake.set()
@@ -207,6 +209,41 @@ class Engine:
         self._wake.set()
         return task
 
+    def serve(self, host: str = "127.0.0.1", port: int = 8080):
+        """Serve this engine over llama-server's HTTP API from a background thread (notebooks); returns
+        the uvicorn server (`.should_exit = True` stops it). The panel keeps showing everything."""
+        from slotlab.serve import serve_in_thread
+
+        return serve_in_thread(self, host, port)
+
+    def cancel(self, task: Task) -> None:
+        """Stop a request whose client went away: dropped if still queued or deferred; otherwise its
+        slot is released at the next step, as the server's CANCEL task does (the slot keeps its KV)."""
+        with self._lock:
+            if task.done:
+                return
+            task.cancelled = True
+            err = TaskError(499, "request cancelled by the client", "cancelled")
+            if task in self.queue:
+                self.queue.remove(task)
+                task.finish(error=err)
+            elif task in self.deferred:
+                self.deferred.remove(task)
+                task.finish(error=err)
+            else:
+                self._cancels.append(task)
+        self._wake.set()
+
+    def _process_cancels(self) -> None:
+        while self._cancels:
+            task = self._cancels.pop(0)
+            for s in self.slots:
+                if s.task is task:
+                    self._emit("task_cancelled", f"cancel task, id_task = {task.id}", level="WRN", slot=s, task=task.id)
+                    task.finish(error=TaskError(499, "request cancelled by the client", "cancelled"))
+                    self.release(s)
+                    break
+
     # ------------------------------------------------------------------ drivers
 
     def step(self) -> bool:
@@ -214,6 +251,7 @@ class Engine:
         Returns True while there is work left (a queued task or a busy slot)."""
         self._check_alive()
         with self._lock:
+            self._process_cancels()
             self.process_new_tasks()
             self.update_slots()
             self._snapshots()
@@ -544,6 +582,9 @@ class Engine:
     def send_final_response(self, slot: Slot) -> None:
         task = slot.task
         content = self.model.detokenize(slot.generated)
+        for w in task.params.stop or ():
+            if w and w in content:
+                content = content[: content.index(w)]
         result = {
             "content": content,
             "tokens": list(map(int, slot.generated)),
@@ -831,6 +872,12 @@ class Engine:
     def process_token(self, slot: Slot, tok: int) -> bool:
         slot.sampled = tok
         slot.generated.append(tok)
+        cb = slot.task.on_token
+        if cb is not None:
+            try:
+                cb(slot.task, tok)
+            except Exception:
+                pass
         slot.has_next_token = True
         if len(slot.tokens) + 1 >= slot.n_ctx:
             slot.truncated, slot.stop, slot.has_next_token = True, "limit", False
@@ -838,6 +885,11 @@ class Engine:
             slot.stop, slot.has_next_token = "limit", False
         if self.model.is_eog(tok):
             slot.stop, slot.has_next_token = "eos", False
+        stops = slot.task.params.stop
+        if stops and slot.has_next_token:
+            text = self.model.detokenize(slot.generated[-64:])
+            if any(w and w in text for w in stops):
+                slot.stop, slot.has_next_token = "word", False
         return slot.has_next_token
 
     # ------------------------------------------------------------------ slot files (spec 5)

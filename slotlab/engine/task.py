@@ -36,6 +36,7 @@ class TaskParams:
     n_cache_reuse: int = 0
     id_slot: int = -1
     message_spans: object = None  # MessageSpans from the request's message_delimiters
+    stop: list = field(default_factory=list)  # stop strings
 
 
 @dataclass
@@ -63,6 +64,10 @@ class Task:
     result: dict | None = None
     error: TaskError | None = None
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    # called from the engine thread: on_token(task, token_id) per sampled token; done callbacks at the end
+    on_token: object = field(default=None, repr=False)
+    _callbacks: list = field(default_factory=list, repr=False)
+    cancelled: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -73,9 +78,22 @@ class Task:
         return self.state is TaskState.DONE
 
     def finish(self, result: dict | None = None, error: TaskError | None = None) -> None:
+        if self.state is TaskState.DONE:
+            return
         self.result, self.error = result, error
         self.state = TaskState.DONE
         self._done.set()
+        for cb in self._callbacks:
+            try:
+                cb(self)
+            except Exception:  # a listener must not break the engine
+                pass
+
+    def add_done_callback(self, fn) -> None:
+        """`fn(task)` when the task finishes (immediately if it already has)."""
+        self._callbacks.append(fn)
+        if self.state is TaskState.DONE:
+            fn(self)
 
     def wait(self, timeout: float | None = None) -> dict:
         """Block until done (live mode); returns the result or raises the task's error."""

@@ -22,17 +22,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def slotlab_serve_command() -> list[str]:
+    """`slotlab serve` as a drop-in for the llama-server binary."""
+    import sys
+
+    return [sys.executable, "-m", "slotlab.cli", "serve"]
+
+
 class LlamaServer:
     """`with LlamaServer(model_path, ["-np", "2"]) as srv: srv.post("/completion", {...})`"""
 
-    def __init__(self, model: str | Path, flags: list[str], threads: int = 2, log: Path | None = None):
-        binary = server_binary()
-        if binary is None:
-            raise RuntimeError("llama-server is not built: run `make llama-server`")
+    def __init__(self, model: str | Path, flags: list[str], threads: int = 2, log: Path | None = None,
+                 command: list[str] | None = None):
+        if command is None:
+            binary = server_binary()
+            if binary is None:
+                raise RuntimeError("llama-server is not built: run `make llama-server`")
+            command = [str(binary)]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log or Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-        self.cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+        self.cmd = [*command, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                     "--no-repack", "-t", str(threads), "--no-webui", *flags]
         self.proc: subprocess.Popen | None = None
 
