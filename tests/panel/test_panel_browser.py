@@ -63,8 +63,15 @@ def test_panel_renders_in_jupyterlab(lab):
         page.goto(f"{url}/lab/tree/panel.ipynb?token={token}", timeout=60_000)
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=60_000)
+        for attempt in range(3):  # the first click can land before the kernel session is wired up
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            try:
+                page.wait_for_selector(".jp-InputPrompt:has-text('[1]')", timeout=20_000)
+                break
+            except Exception:
+                page.keyboard.press("Escape")
         try:
             page.wait_for_selector("text=DONE 3", timeout=180_000)
         except Exception:
