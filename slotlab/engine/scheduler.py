@@ -288,7 +288,11 @@ class Engine:
             self._thread = None
 
     def pause(self) -> None:
+        """Stop the live loop between two steps; returns once no step is running (the loop checks
+        the flag under the engine lock, so nothing submitted after this runs until `resume()`)."""
         self._paused.set()
+        with self._lock:
+            pass
 
     def resume(self) -> None:
         self._paused.clear()
@@ -297,10 +301,12 @@ class Engine:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                if self._paused.is_set():
+                with self._lock:
+                    paused = self._paused.is_set()
+                    busy = False if paused else self.step()
+                if paused:
                     time.sleep(0.02)
                     continue
-                busy = self.step()
                 if not busy:
                     self._wake.wait(0.1)
                     self._wake.clear()

@@ -160,6 +160,11 @@ def read_appendices(path, offset: int) -> Appendices:
             pos += n
             return b
 
+        def take_buf() -> bytes | None:
+            """A u64 length and that many bytes, the length checked against what is left first."""
+            ln = take(8)
+            return None if ln is None else take(struct.unpack("<Q", ln)[0])
+
         head = take(12)
         if head is None:
             if end > offset:
@@ -181,8 +186,7 @@ def read_appendices(path, offset: int) -> Appendices:
             n_tokens, pos_min, pos_max = struct.unpack("<qii", fixed)
             bufs = []
             for which in ("data_tgt", "data_dft", "data_spec"):
-                ln = take(8)
-                data = None if ln is None else take(struct.unpack("<Q", ln)[0])
+                data = take_buf()
                 if data is None:
                     res.notes.append(f"checkpoint appendix truncated in {which} of checkpoint {i} of {count} - "
                                      "no checkpoints restored")
@@ -204,8 +208,7 @@ def read_appendices(path, offset: int) -> Appendices:
             return res
         bufs = []
         for which in ("draft state", "speculative state"):
-            ln = take(8)
-            data = None if ln is None else take(struct.unpack("<Q", ln)[0])
+            data = take_buf()
             if data is None:
                 res.notes.append(f"draft appendix truncated in the {which} - draft state not restored")
                 return res

@@ -35,12 +35,17 @@ def test_speculative_output_equals_plain_greedy(model):
     _consistent(e)
 
 
-def test_ram_cache_entries_hold_and_restore_both_ledgers(model):
+def _two_cached(model):
+    """A one-slot speculative engine after two unrelated requests: the first is in the RAM cache."""
     e = _spec(model, "--swa-full", "-sps", "0")
-    e.submit(P, n_predict=4)
-    e.run_until_idle()
-    e.submit("An unrelated text about volcanoes", n_predict=4)
-    e.run_until_idle()
+    for p in (P, "An unrelated text about volcanoes"):
+        e.submit(p, n_predict=4)
+        e.run_until_idle()
+    return e
+
+
+def test_ram_cache_entries_hold_and_restore_both_ledgers(model):
+    e = _two_cached(model)
     ent = e.cache.entries[0]
     assert len(ent.drft) == len(ent.main) > 0  # same model: same state size in both ledgers
     t = e.submit(P + " later", n_predict=4)
@@ -50,11 +55,7 @@ def test_ram_cache_entries_hold_and_restore_both_ledgers(model):
 
 
 def test_a_failed_draft_restore_fails_the_load(model):
-    e = _spec(model, "--swa-full", "-sps", "0")
-    e.submit(P, n_predict=4)
-    e.run_until_idle()
-    e.submit("An unrelated text about volcanoes", n_predict=4)
-    e.run_until_idle()
+    e = _two_cached(model)
     e.dctx.state_seq_set = lambda *a, **k: 0  # the draft context refuses the blob
     t = e.submit(P + " later", n_predict=4)
     e.run_until_idle()

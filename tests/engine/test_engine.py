@@ -26,9 +26,11 @@ def test_live_mode_matches_step_mode(model):
     step.run_until_idle()
     live = Engine(["-np", "2", "-c", "2048", "--swa-full"], model=model)
     live.start()
+    live.pause()  # queue both before the thread takes either, as step mode does
     try:
         la = live.submit(PROMPT, n_predict=6)
         lb = live.submit(PROMPT + " And then?", n_predict=6)
+        live.resume()
         ra, rb = la.wait(60), lb.wait(60)
     finally:
         live.stop()
@@ -122,3 +124,25 @@ def test_dead_engine_thread_is_reported(engine):
     with pytest.raises(EngineDied):
         engine.submit(PROMPT)
     assert t.state is TaskState.DONE
+
+
+def test_kv_pressure_halves_the_batch_when_nothing_idle_can_be_purged(model):
+    """Unified pool, both slots busy: `try_clear_idle_slots` finds nothing, so the server's answer is
+    to halve n_batch until the chunk fits (spec 6.3), down to 1 and the fatal context error."""
+    e = Engine(["-np", "2", "-kvu", "-c", "1024", "--no-cache-idle-slots", "--swa-full"], model=model)
+    a = e.submit("word " * 500, n_predict=200, ignore_eos=True)
+    e.run_until(lambda: a.done or e.slots[a.id_slot].stats.n_gen > 0)
+    b = e.submit("other " * 600, n_predict=2, ignore_eos=True)  # cannot fit beside a's ~500 cells
+    e.run_until_idle()
+    retries = [x for x in e.events.log if x.kind == "decode_retry"]
+    purges = e.events.filter(["slot_purge"])
+    assert retries and (not purges or purges[0].seq > retries[0].seq)
+    n_batch = e.ctx.n_batch  # min(-b 2048, n_ctx 1024) = 1024 in the library
+    halvings = [x.data["n_batch"] for x in retries]
+    assert halvings[0] == n_batch // 2 and halvings[-1] == 1  # after a success n_batch starts over
+    # the pool cannot hold both: halving ends at n_batch 1 with the server's fatal error for every
+    # processing slot; nothing hangs
+    assert a.done and b.done
+    errs = [t.error.message for t in (a, b) if t.error is not None]
+    assert all(m == "Context size has been exceeded." for m in errs)
+    e.close()

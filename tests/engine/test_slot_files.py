@@ -166,3 +166,21 @@ def test_random_damage_never_crashes(damaged_env, data):
         buf[where] = data.draw(st.integers(0, 255))
     cut = data.draw(st.one_of(st.just(len(buf)), st.integers(0, len(buf))))
     _restore_damaged(damaged_env, bytes(buf[:cut]))
+
+
+def test_restore_without_free_cells_in_a_unified_pool_fails_cleanly(model, tmp_path):
+    """Spec 2.4 / 5.4: in a unified pool a restore can fail for lack of free cells; the server answers
+    `No available space in KV cache or invalid slot save file`, leaves the slot empty, touches no other."""
+    e = Engine(["-np", "2", "-kvu", "-c", "1024", "--swa-full", "--no-cache-idle-slots",
+                "--slot-save-path", str(tmp_path)], model=model)
+    _run(e, e.submit("alpha " * 400, n_predict=2, id_slot=0))
+    assert _run(e, e.slot_action("save", 0, "big.bin")).error is None
+    _run(e, e.slot_action("erase", 0))
+    _run(e, e.submit("beta " * 700, n_predict=2, id_slot=1))  # slot 1 now holds most of the pool
+    other = (len(e.slots[1].tokens), e.ctx.seq_pos_max(1))
+    r = _run(e, e.slot_action("restore", 0, "big.bin"))
+    assert r.error is not None and r.error.code == 400
+    assert r.error.message == "Unable to restore slot: No available space in KV cache or invalid slot save file"
+    assert len(e.slots[0].tokens) == 0 and e.ctx.seq_pos_max(0) == -1
+    assert (len(e.slots[1].tokens), e.ctx.seq_pos_max(1)) == other
+    e.close()
