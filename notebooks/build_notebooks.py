@@ -84,6 +84,21 @@ for s in eng.slots_json():
 m = eng.metrics
 print(f"prompt tokens reused {m.prompt_tokens_cached_total}, processed {m.prompt_tokens_total}, hit rate {m.hit_rate:.1%}")
 assert m.prompt_tokens_cached_total == sum(r["timings"]["cache_n"] for r in (r_a1, r_b1, r_c, r_a2))"""),
+    md("""## Live mode
+So far every request ran inside the cell that sent it (step mode: deterministic, what nbval checks).
+With `eng.start()` the engine runs in a background thread, as the server's main loop does, and the
+panel above redraws up to ten times a second while the requests run (scroll up and watch it).
+`pause()` before submitting queues the three requests together, so the slot choices do not depend
+on timing; `t.wait()` blocks until a request is done."""),
+    code("""eng.pause()
+eng.start()
+users = ["Dmitri: which port is closest to Berlin?", "Erin: are there night ferries to Oslo?", "Farah: where can I store luggage?"]
+tasks = [eng.submit(SYSTEM + "User " + u, n_predict=48, ignore_eos=True) for u in users]
+eng.resume()"""),
+    code("""for t in tasks:
+    print(summary(t.wait(300)))
+eng.stop()
+assert sorted(t.result["id_slot"] for t in tasks) == sorted(set(t.result["id_slot"] for t in tasks))  # three slots at once"""),
     md("""## Try this
 1. Re-create the engine with `"-c 8192 -sps 0"` (similarity selection off) and replay the four
    requests: which slots change, and does Alice still reuse her prefix (through the RAM cache)?
