@@ -317,6 +317,7 @@ class Api:
 
         async def events():
             pending = b""
+            first = True
             try:
                 if kind == "completion" and body.get("return_progress"):
                     yield _sse({"content": "", "stop": False, "prompt_progress": {"total": int(len(tokens))}})
@@ -330,7 +331,11 @@ class Api:
                     except UnicodeDecodeError:
                         continue  # wait for the rest of a multi-byte character
                     pending = b""
-                    yield _sse(self._shape_chunk(text, kind, cid))
+                    chunk = self._shape_chunk(text, kind, cid)
+                    if first and kind == "oai_chat":
+                        chunk["choices"][0]["delta"]["role"] = "assistant"  # as OpenAI's first delta
+                    first = False
+                    yield _sse(chunk)
                 if task.error is not None:
                     yield _sse({"error": task.error.to_json()})
                 else:
