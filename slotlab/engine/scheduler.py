@@ -492,6 +492,7 @@ class Engine:
 
     def prompt_load(self, slot: Slot, task: Task):
         """True: a cache entry was restored into the slot; None: nothing better; False: restore failed."""
+        slot._load_scores = {}
         self._cache_ctx(slot, task)
         res = self.cache.load(slot.tokens.view(), task.tokens)
         if res.entry is None:
@@ -617,10 +618,7 @@ class Engine:
         b = self.batch
         b.clear()
         self._is_prompt[:] = False
-        try:
-            self.pre_decode()
-        except SlotlabError:
-            raise
+        self.pre_decode()
         n_batch = self.ctx.n_batch
         off = 0
         while off < b.n_tokens:
