@@ -70,6 +70,8 @@ class Panel(w.VBox):
                          hovertext=[], hoverinfo="text", row=2, col=1, width=0.35)
         self.fig.add_scatter(name="n_past", mode="markers", marker_symbol="line-ns-open", marker_size=18,
                              marker_color="black", x=[], y=[], row=2, col=1)
+        self.fig.add_scatter(name="checkpoint events", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
+                             marker=dict(size=11, symbol=[], color=[]), row=2, col=1)
         self.fig.add_scatter(name="eviction", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
                              marker_color=[], row=3, col=1, showlegend=False)
         self.fig.update_layout(barmode="overlay", height=300 + 80 * n, width=1000, margin=dict(l=70, r=150, t=40, b=30),
@@ -277,6 +279,17 @@ class Panel(w.VBox):
         t = self.fig.data[k0 + 1]
         t.x, t.y, t.base, t.hovertext = cx, cy, cb, ch
         self.fig.data[k0 + 2].x, self.fig.data[k0 + 2].y = nx, ny
+        # the last checkpoint events, at the n_tokens they concern: created / restored / evicted / none
+        style = {"created": ("triangle-up", "#2ca02c"), "restored": ("star", "#1f77b4"),
+                 "evict": ("x", "#d62728"), "none": ("circle-open", "#7f7f7f")}
+        marks = [m for m in list(st.ckpt_marks)[-24:] if m[1] >= 0]
+        t = self.fig.data[k0 + 3]
+        t.x = [m[4] if m[4] is not None else 0 for m in marks]
+        t.y = [f"slot {m[1]}" for m in marks]
+        t.marker.symbol = [style.get(m[2], ("circle", "#888"))[0] for m in marks]
+        t.marker.color = [style.get(m[2], ("circle", "#888"))[1] for m in marks]
+        t.hovertext = [f"event #{m[0]}: checkpoint {m[2]}" + (f" ({m[3]})" if m[3] else "")
+                       + (f" at n_tokens {m[4]}" if m[4] is not None else "") for m in marks]
 
     def _render_evictions(self, st: PanelState) -> None:
         palette = {r: c for r, c in zip(EVICTION_REASONS, ("#e45756", "#f58518", "#eeca3b", "#4c78a8", "#54a24b",
@@ -316,8 +329,10 @@ class Panel(w.VBox):
                 style = " style='color:#999'"
             score = (f"{s['f_keep']:.3f}" + (" <small>(&lt; 0.25 floor)</small>" if s["below_floor"] else "")
                      + f"</td><td>{s['f_sim']:.3f}") if s else "</td><td>"
+            ck = ", ".join(str(c[2]) for c in e.get("checkpoints", [])) or "-"
             rows.append(f"<tr{style}><td>#{eid}{' ⟵ next evicted' if pos == 0 else ''}</td><td>{e['n_tokens']}</td>"
                         f"<td>{e['size_main'] / MIB:.2f} / {e['size_dft'] / MIB:.2f} / {e['size_ckpt'] / MIB:.2f}</td>"
+                        f"<td>{ck}</td>"
                         f"<td>{_esc(e['head'][:48])}</td><td>slot {e['id_slot']} · task {e['id_task']}</td><td>{score}</td></tr>")
         base = ""
         if sc:
@@ -326,7 +341,7 @@ class Panel(w.VBox):
                     f"{sc['f_keep_base']:.3f}, f_sim {sc['f_sim_base']:.3f}; winner "
                     f"{'#' + str(sc['winner_id']) if sc.get('winner_id') is not None else 'none'}</div>")
         self.cache_box.value = (base + "<table class='slotlab-cache'><tr><th>entry (FIFO, oldest first)</th><th>tokens</th>"
-                                "<th>MiB main / draft / ckpt</th><th>prompt</th><th>from</th><th>f_keep</th><th>f_sim</th></tr>"
+                                "<th>MiB main / draft / ckpt</th><th>checkpoints at n_tokens</th><th>prompt</th><th>from</th><th>f_keep</th><th>f_sim</th></tr>"
                                 + "".join(rows) + "</table>")
 
     def _render_events(self) -> None:

@@ -108,3 +108,21 @@ def test_controls_send_step_and_report_errors(run):
     p.a_file.value = "../bad"
     p.b_save.click()  # no --slot-save-path: the server's 501 text, shown, no exception
     assert "does not support slots action" in p.status.value
+
+
+def test_checkpoint_chain_and_marks(model):
+    """Default flags (SWA): the panel shows the slot's checkpoints as spans and marks their creation."""
+    e = Engine(["-np", "1", "-c", "2048"], model=model)
+    p = Panel(e)
+    t = e.submit(" ".join(f"Line {i} of the harbour log." for i in range(120)), n_predict=2)
+    e.run_until_idle()
+    p.refresh()
+    ck = e.slots[0].checkpoints
+    assert len(ck) == 2
+    spans = p.fig.data[len(PROVENANCE) + 2]  # the checkpoint bars
+    assert list(spans.base) == [c.pos_min for c in ck]
+    marks = p.fig.data[len(PROVENANCE) + 4]
+    assert sorted(marks.x) == sorted(c.n_tokens for c in ck) and "created" in marks.hovertext[0]
+    assert t.result["tokens_evaluated"] - 4 in [c.n_tokens for c in ck]
+    p.close()
+    e.close()
