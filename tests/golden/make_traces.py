@@ -168,7 +168,7 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
                                          "requests": [req(f"{a} {b} {c}", 3), req(f"{a} {c}", 3, n_cache_reuse=16)]}
     # slot files: save -> erase -> restore -> reuse, restore into the other slot, bad names, missing file
     p1, p2 = doc("orchards", 5), doc("quarries", 5)
-    t["slot_files"] = {"flags": ["-np", "2", "-c", "4096", "--swa-full"], "keep_files": True, "requests": [
+    t["slot_files"] = {"flags": ["-np", "2", "-c", "4096", "--swa-full"], "keep_files": ["orchards.bin"], "requests": [
         req(p1, 3, id_slot=0),
         {"action": "save", "id_slot": 0, "filename": "orchards.bin"},
         {"action": "erase", "id_slot": 0},

@@ -92,11 +92,11 @@ def record(trace_path: Path) -> None:
     with LlamaServer(default_model_path(), [*flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
         results, _ = send_trace(srv, trace)
     keep = DIR / f"{name}.files"
-    if json.loads(trace_path.read_text()).get("keep_files"):
+    wanted = json.loads(trace_path.read_text()).get("keep_files") or []
+    if wanted:  # the server-written slot files a test restores in slotlab
         keep.mkdir(exist_ok=True)
-        for f in Path(slots_dir).iterdir():
-            if f.name not in (trace.files or {}):
-                shutil.copyfile(f, keep / f.name)
+        for name in wanted:
+            shutil.copyfile(Path(slots_dir) / name, keep / name)
     out = {"flags": trace.flags, "results": results}
     (DIR / f"{name}.llama-server.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print(f"{name}: {len(results)} results")
