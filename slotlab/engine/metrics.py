@@ -14,7 +14,6 @@ class Metrics:
     n_decode_total: int = 0
     n_busy_slots_total: int = 0
     n_tokens_max: int = 0
-    n_deferred: int = 0
     n_requests_done: int = 0
     spec_draft_tokens_total: int = 0  # spec_decode_num_draft_tokens_total
     spec_accepted_tokens_total: int = 0  # spec_decode_num_accepted_tokens_total

@@ -335,7 +335,6 @@ class Engine:
     def defer(self, task: Task, why: str) -> None:
         task.state = TaskState.DEFERRED
         self.deferred.append(task)
-        self.metrics.n_deferred = len(self.deferred)
         self._emit("task_deferred", f"{why}, defer task, id_task = {task.id}", level="DBG", task=task.id)
 
     def pop_deferred_task(self, id_slot: int) -> None:
@@ -560,7 +559,6 @@ class Engine:
         slot.state = SlotState.STARTED
         task.state = TaskState.RUNNING
         task.id_slot = slot.id
-        self.metrics.n_deferred = len(self.deferred)
         self._emit("task_launched", "processing task, is_child = 0", level="INF", slot=slot, task=task.id,
                    n_tokens=task.n_tokens)
         return True
