@@ -19,15 +19,23 @@ _i32p = ctypes.POINTER(ctypes.c_int32)
 class Batch:
     """Tokens of several sequences at explicit positions; one sequence per token (as the server)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, *, arrays=None):
         if capacity < 1:
             raise ValueError(f"batch capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
-        self.token = np.zeros(capacity, dtype=np.int32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.seq = np.zeros(capacity, dtype=np.int32)
+        if arrays is not None:
+            # share another owner's buffers (the core's planned batch): no copy per decode
+            self.token, self.pos, self.seq, self.logits = (arrays.token, arrays.pos, arrays.seq, arrays.logits)
+            for name, dt in (("token", np.int32), ("pos", np.int32), ("seq", np.int32), ("logits", np.int8)):
+                a = getattr(self, name)
+                if a.dtype != dt or len(a) < capacity or not a.flags.c_contiguous:
+                    raise ValueError(f"shared batch array {name!r} must be contiguous {np.dtype(dt).name}[>= {capacity}]")
+        else:
+            self.token = np.zeros(capacity, dtype=np.int32)
+            self.pos = np.zeros(capacity, dtype=np.int32)
+            self.seq = np.zeros(capacity, dtype=np.int32)
+            self.logits = np.zeros(capacity, dtype=np.int8)
         self.n_seq_id = np.ones(capacity, dtype=np.int32)
-        self.logits = np.zeros(capacity, dtype=np.int8)
         # seq_id is `llama_seq_id **`: row i points at self.seq[i].
         self._seq_ptrs = (ctypes.c_void_p * capacity)(
             *[self.seq.ctypes.data + 4 * i for i in range(capacity)]

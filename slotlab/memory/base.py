@@ -1,0 +1,204 @@
+"""The memory interface: the few operations the server's decisions need from a context.
+
+llama-server's scheduler talks to llama.cpp through a handful of calls (`common_memory::seq_rm`,
+`seq_add`, `seq_pos_min` / `seq_pos_max`, `llama_state_seq_*_ext` with NONE or PARTIAL_ONLY flags,
+`llama_decode`, the sampler). Everything above this module — the decision core in
+`slotlab.engine` — is written against `Memory` only, so the same decisions run on:
+
+* `LlamaMemory` (slotlab.memory.llama_memory): the real `llama_context` (and the draft one with
+  `-md`), the lab and `slotlab serve`;
+* `FakeMemory` (slotlab.memory.fake): token lists and computed sizes, for fast decision-core tests;
+* a paper memory (the simulator): sizes from a GGUF header, no weights.
+
+A memory holds one sequence per slot. Every sequence operation acts on the target *and* the draft
+context, as the server's `common_memory` does, so the core never has to mirror them itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from slotlab.errors import SlotlabError
+
+# `common_context_seq_rm_type` (CH:1007-1012; probed by CC:1491) as plain strings: how far back a sequence can be truncated.
+SEQ_RM_NO, SEQ_RM_PART, SEQ_RM_FULL, SEQ_RM_RS = "NO", "PART", "FULL", "RS"
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """What the decisions read about a memory: fixed once the context exists."""
+
+    n_ctx: int  # llama_n_ctx: the whole context (the RAM cache's token limit)
+    n_seq_max: int  # one sequence per slot
+    n_ctx_slot: int  # each slot's n_ctx as the server computes it (spec 6.4)
+    n_batch: int
+    n_ubatch: int
+    n_swa: int  # 0 with --swa-full (SC:1185)
+    kv_unified: bool
+    can_shift: bool  # llama_memory_can_shift: --cache-reuse needs it
+    seq_rm_type: str | None  # SEQ_RM_* from the server's probe
+    has_draft: bool = False  # a draft context mirrors every sequence op (-md)
+    n_vocab: int = 0
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """The memory-type part of the checkpoint gate (spec 4.2): a memory that cannot be cut
+        back freely (recurrent / hybrid, or SWA without --swa-full) needs context checkpoints."""
+        return self.seq_rm_type in (SEQ_RM_FULL, SEQ_RM_RS) or self.n_swa > 0
+
+
+class Batch:
+    """The batch the core plans: token, position, sequence and logits flag per row, numpy-owned.
+
+    The server fills one batch with the sampled token of every generating slot and the prompt tokens
+    of every slot processing a prompt, then decodes it in `n_batch` chunks. A memory decodes a
+    window [off, off+n) of these arrays; the llama memory hands the same buffers to llama.cpp with no
+    copy."""
+
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError(f"batch capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self.n_tokens = 0
+
+    def __len__(self) -> int:
+        return self.n_tokens
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+
+    def _room(self, n: int) -> int:
+        i = self.n_tokens
+        if i + n > self.capacity:
+            raise ValueError(f"batch full: {i} + {n} tokens > capacity {self.capacity}")
+        return i
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool = False) -> int:
+        """Append one token; returns its row (the logits index when `logits`)."""
+        i = self._room(1)
+        self.token[i], self.pos[i], self.seq[i], self.logits[i] = token, pos, seq_id, logits
+        self.n_tokens = i + 1
+        return i
+
+    def add_seq(self, tokens, pos0: int, seq_id: int, *, logits_last: bool = False) -> int:
+        """Append a run of one sequence at positions pos0, pos0+1, ...; returns the last row."""
+        toks = np.asarray(tokens, dtype=np.int32)
+        n = len(toks)
+        if n == 0:
+            raise ValueError("add_seq() needs at least one token")
+        i = self._room(n)
+        j = i + n
+        self.token[i:j] = toks
+        self.pos[i:j] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.seq[i:j] = seq_id
+        self.logits[i:j] = 0
+        if logits_last:
+            self.logits[j - 1] = 1
+        self.n_tokens = j
+        return j - 1
+
+
+class SlotSampler(Protocol):
+    """A slot's sampler: the token for batch row `i` of the last decode (accepted), and release."""
+
+    def sample(self, i: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Vocab(Protocol):
+    """What the core needs of a tokenizer: prompts, message delimiters, stop words, end of generation."""
+
+    n_vocab: int
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> np.ndarray: ...
+
+    def detokenize(self, tokens) -> str: ...
+
+    def token_to_piece(self, token: int, *, special: bool = True) -> bytes: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def check_tokens(self, tokens) -> None: ...
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """One sequence per slot over a KV memory (target, plus the draft mirror when `info.has_draft`).
+
+    Return conventions follow llama.cpp, so the core keeps the server's tests on them: `seq_rm`
+    False = refused; `decode` 0 = ok, 1 = no free KV cells (retry smaller / after a purge), -1 =
+    invalid batch, < -1 = fatal; `state_set` returns the bytes read (anything but the blob's length
+    is a failure, and the sequence is then empty)."""
+
+    info: MemoryInfo
+    vocab: Vocab
+
+    # sequence operations (common_memory), on target and draft
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
+
+    def seq_rm_draft(self, seq: int, p0: int, p1: int) -> bool: ...  # the draft context alone
+
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None: ...
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+
+    def seq_keep(self, seq: int) -> None: ...
+
+    def pos_min(self, seq: int) -> int: ...
+
+    def pos_max(self, seq: int) -> int: ...
+
+    # state blobs: `draft` picks the draft context; `partial` = PARTIAL_ONLY (a checkpoint's data)
+    def state_size(self, seq: int, *, draft: bool = False, partial: bool = False) -> int: ...
+
+    def state_get(self, seq: int, *, draft: bool = False, partial: bool = False, out: Any = None) -> Any: ...
+
+    def state_set(self, data: Any, seq: int, *, draft: bool = False, partial: bool = False) -> int: ...
+
+    # slot files (llama_state_seq_save_file / load_file) on the target context
+    def save_file(self, path, seq: int, tokens: np.ndarray) -> int: ...
+
+    def load_file(self, path, seq: int) -> tuple[int, np.ndarray]: ...
+
+    # decoding and sampling
+    def decode(self, batch: Batch, off: int, n: int) -> int: ...
+
+    def decode_draft(self, batch: Batch, off: int, n: int) -> int: ...
+
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool) -> SlotSampler: ...
+
+    def draft(self, seq: int, token: int, pos: int, n_max: int) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+
+def check_memory(mem: Any) -> None:
+    """Refuse an object that does not implement the interface, naming what is missing."""
+    missing = [n for n in ("info", "vocab", "seq_rm", "seq_add", "pos_min", "pos_max", "state_size", "state_get",
+                           "state_set", "decode", "sampler") if not hasattr(mem, n)]
+    if missing:
+        raise TypeError(f"{type(mem).__name__} is not a slotlab Memory: missing {', '.join(missing)}")
+
+
+__all__: Sequence[str] = ["Batch", "Memory", "MemoryInfo", "SlotSampler", "Vocab", "check_memory", "require_seq_rm",
+                          "SeqRmRefused",
+                          "SEQ_RM_NO", "SEQ_RM_PART", "SEQ_RM_FULL", "SEQ_RM_RS"]
+
+
+class SeqRmRefused(SlotlabError):
+    """`common_memory::seq_rm` returned false where the server aborts (GGML_ABORT)."""
+
+
+def require_seq_rm(memory: "Memory", seq: int, p0: int, p1: int) -> None:
+    """`seq_rm` where the server cannot go on without it: a refusal aborts llama-server; here it is
+    an error that names the call, never silent."""
+    if not memory.seq_rm(seq, p0, p1):
+        raise SeqRmRefused(f"failed to remove sequence {seq} with p0={p0}, p1={p1}")
