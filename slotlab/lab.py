@@ -42,4 +42,8 @@ def hexdump(data: bytes, start: int = 0, n: int = 64, width: int = 16) -> str:
 
 
 def why(engine: Engine, last: int = 10) -> str:
-    return "\n".join(f"task {e.task}: {e.message}" for e in engine.events.filter(["request_why"])[-last:])
+    """The last `last` requests' why lines, folded from the engine's events (slotlab.explain)."""
+    from slotlab.explain import Explainer
+
+    lines = list(Explainer().fold(engine.events.log).lines)[-last:]
+    return "\n".join(f"task {t}: {text}" for t, _, text in lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slotlab.engine.params import ServerParams
 from slotlab.errors import ConfigError
@@ -16,17 +16,26 @@ class Backend:
     ctx: Context
     dmodel: Model | None = None  # the draft model (-md), possibly the same Model object
     dctx: Context | None = None  # its context: same slots, same layout; every sequence op is mirrored
+    _memory: object = field(default=None, repr=False)
 
     @property
     def n_ctx_slot(self) -> int:
         return self.ctx.n_ctx_slot(self.params.kv_unified_per_slot)
 
+    def memory(self):
+        """This context (and the draft one) behind the memory interface the core runs on. One per
+        backend: it keeps the draft samplers and the batch views."""
+        if self._memory is None:
+            from slotlab.memory.llama_memory import LlamaMemory
+
+            self._memory = LlamaMemory(self.model, self.ctx, n_ctx_slot=self.n_ctx_slot, dmodel=self.dmodel,
+                                       dctx=self.dctx)
+        return self._memory
+
     @property
     def needs_checkpoints(self) -> bool:
-        """The memory-type part of the checkpoint gate (spec 4.2 step 3)."""
-        from slotlab.llama import SeqRmType
-
-        return self.ctx.seq_rm_type in (SeqRmType.FULL, SeqRmType.RS) or self.ctx.n_swa > 0
+        """The memory-type part of the checkpoint gate (spec 4.2 step 3): one rule, MemoryInfo's."""
+        return self.memory().info.needs_checkpoints
 
     def describe(self) -> dict:
         """Everything `slotlab info` prints, as plain data."""

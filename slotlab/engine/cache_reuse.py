@@ -1,42 +1,72 @@
 """`--cache-reuse N`: reuse chunks of a slot's KV that reappear later in the new prompt by shifting
-them down (spec 3.4). Only for memories that can shift (Gemma 3: with `--swa-full`)."""
+them down (spec 3.4). Only for memories that can shift (Gemma 3: with `--swa-full`).
+
+`plan_cache_reuse` is the server's chunk loop as a pure function (which chunks move where); the
+core applies the plan with `apply_cache_reuse` through the memory's `seq_rm` / `seq_add`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-def cache_reuse(engine, slot, n_past: int) -> int:
-    """Run the server's chunk loop after the common prefix; returns the new n_past."""
-    task = slot.task
-    n_reuse = task.params.n_cache_reuse
-    can = engine.ctx.can_shift
-    if not can and n_reuse > 0:
-        engine._emit("cache_reuse_unsupported", f"cache reuse is not supported - ignoring n_cache_reuse = {n_reuse}",
-                     level="WRN", slot=slot)
-    if not (can and n_reuse > 0):
-        return n_past
-    engine._emit("cache_reuse_begin", f"trying to reuse chunks with size > {n_reuse}, n_past = {n_past}", level="DBG",
-                 slot=slot)
-    cache, prompt = slot.tokens, task.tokens
+import numpy as np
+
+from slotlab.engine.emit import Emitter
+from slotlab.memory import Memory, require_seq_rm
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Cells [src0, src1) of the slot move to [dst0, dst1) (dst0 <= src0)."""
+
+    src0: int
+    src1: int
+    dst0: int
+    dst1: int
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.src0, self.src1, self.dst0, self.dst1)
+
+
+def plan_cache_reuse(cache: np.ndarray, prompt: np.ndarray, n_past: int, n_reuse: int) -> list[Shift]:
+    """The chunk loop after the common prefix (SC:3218-3266): walk the cached tokens; a run of at
+    least `n_reuse` tokens equal to the prompt at the prompt's head is moved there, else skip one
+    cached token. Writes in the server land below the read head, so planning on the unmodified
+    tokens gives the same chunks."""
+    shifts: list[Shift] = []
     head_c = head_p = n_past
     n_c, n_p = len(cache), len(prompt)
     while head_c < n_c and head_p < n_p:
-        cv = cache.view()
         m = min(n_c - head_c, n_p - head_p)
-        neq = cv[head_c:head_c + m] != prompt[head_p:head_p + m]
+        neq = cache[head_c:head_c + m] != prompt[head_p:head_p + m]
         n_match = int(neq.argmax()) if neq.any() else m
         if n_match >= n_reuse:
-            engine._emit("cache_reuse_shift", f"reusing chunk with size {n_match}, shifting KV cache "
-                         f"[{head_c}, {head_c + n_match}) -> [{head_p}, {head_p + n_match})", slot=slot,
-                         src=[head_c, head_c + n_match], dst=[head_p, head_p + n_match])
-            slot.shifts.append((head_c, head_c + n_match, head_p, head_p + n_match))
-            shift = head_p - head_c
-            engine.seq_rm(slot, head_p, head_c)
-            engine.seq_add(slot, head_c, head_c + n_match, shift)
-            cv[head_p:head_p + n_match] = cv[head_c:head_c + n_match].copy()
-            n_past += n_match
+            shifts.append(Shift(head_c, head_c + n_match, head_p, head_p + n_match))
             head_c += n_match
             head_p += n_match
         else:
             head_c += 1
-    engine._emit("cache_reuse_end", f"after context reuse, new n_past = {n_past}", level="DBG", slot=slot)
+    return shifts
+
+
+def apply_cache_reuse(memory: Memory, emit: Emitter, slot, n_past: int, n_reuse: int) -> int:
+    """Run `--cache-reuse` for the slot's task: log, plan, move the KV and the slot's tokens; returns
+    the new n_past. The moves are recorded in `slot.shifts` for the views."""
+    can = memory.info.can_shift
+    if not can and n_reuse > 0:
+        emit("cache_reuse_unsupported", f"cache reuse is not supported - ignoring n_cache_reuse = {n_reuse}",
+             level="WRN", slot=slot)
+    if not (can and n_reuse > 0):
+        return n_past
+    emit("cache_reuse_begin", f"trying to reuse chunks with size > {n_reuse}, n_past = {n_past}", level="DBG", slot=slot)
+    cv = slot.tokens.view()
+    for sh in plan_cache_reuse(cv, slot.task.tokens, n_past, n_reuse):
+        n = sh.src1 - sh.src0
+        emit("cache_reuse_shift", f"reusing chunk with size {n}, shifting KV cache [{sh.src0}, {sh.src1}) -> "
+             f"[{sh.dst0}, {sh.dst1})", slot=slot, src=[sh.src0, sh.src1], dst=[sh.dst0, sh.dst1])
+        slot.shifts.append(sh.as_tuple())
+        require_seq_rm(memory, slot.id, sh.dst0, sh.src0)
+        memory.seq_add(slot.id, sh.src0, sh.src1, sh.dst0 - sh.src0)
+        cv[sh.dst0:sh.dst1] = cv[sh.src0:sh.src1].copy()
+        n_past += n
+    emit("cache_reuse_end", f"after context reuse, new n_past = {n_past}", level="DBG", slot=slot)
     return n_past

@@ -7,22 +7,23 @@ restores the newest usable snapshot when a later request diverges inside the slo
 
 from __future__ import annotations
 
+from slotlab.engine.emit import MIB, Emitter
 from slotlab.engine.prompt_cache import Checkpoint
-from slotlab.llama import STATE_SEQ_FLAGS_PARTIAL_ONLY, SeqRmType
-
-MIB = 1024.0 * 1024.0
+from slotlab.memory import Memory
 
 
 class CheckpointPolicy:
-    def __init__(self, engine):
-        self.engine = engine
-        p = engine.params
-        self.n_max = p.ctx_checkpoints
-        self.min_step = p.checkpoint_min_step
-        ctx = engine.ctx
-        self.memory_needs = ctx.seq_rm_type in (SeqRmType.FULL, SeqRmType.RS) or engine.n_swa > 0
+    """The checkpoint rules of one server, over its memory; `emit` reports each decision."""
+
+    def __init__(self, memory: Memory, n_max: int, min_step: int, emit: Emitter):
+        self.memory, self.emit = memory, emit
+        self.n_max = n_max
+        self.min_step = min_step
+        info = memory.info
+        self.memory_needs = info.needs_checkpoints
+        self.n_swa = info.n_swa
         # the server's function-static offsets, fixed with the n_ubatch of the first use
-        self.offsets = (min(ctx.n_batch, 4 + ctx.n_ubatch), min(ctx.n_batch, 4))
+        self.offsets = (min(info.n_batch, 4 + info.n_ubatch), min(info.n_batch, 4))
 
     def gate(self, task) -> bool:
         """`do_checkpoint` before the token loop (spec 4.2 steps 1-3; only COMPLETION tasks exist here)."""
@@ -51,8 +52,7 @@ class CheckpointPolicy:
     def maybe_create(self, slot, n_tokens_cur: int, n_tokens_start: int, near_end_or_last_user: bool) -> None:
         """The spacing rule after the token loop: create if there is no checkpoint yet, at the last user
         message or near the prompt end, or more than `checkpoint_min_step` after the last one."""
-        e = self.engine
-        mem_min, mem_max = e.ctx.seq_pos_min(slot.id), e.ctx.seq_pos_max(slot.id)
+        mem_min, mem_max = self.memory.pos_min(slot.id), self.memory.pos_max(slot.id)
         if mem_min < 0:
             return
         ck = slot.checkpoints
@@ -62,13 +62,13 @@ class CheckpointPolicy:
 
     def create(self, slot, n_tokens_cur: int, pos_min: int, pos_max: int) -> None:
         """`create_checkpoint` (spec 4.3): too-close eviction, FIFO cap, supersede, append."""
-        e, ck, id_task = self.engine, slot.checkpoints, slot.task.id
+        emit, ck, id_task = self.emit, slot.checkpoints, slot.task.id
         last = -1
         i = 0
         while len(ck) + 1 >= self.n_max and i < len(ck):
             c = ck[i]
             if c.id_task != id_task and last >= 0 and c.n_tokens <= last + self.min_step:
-                e._emit("checkpoint_evict", "erasing context checkpoint too close to an earlier one (pos_min = "
+                emit("checkpoint_evict", "erasing context checkpoint too close to an earlier one (pos_min = "
                         f"{c.pos_min}, pos_max = {c.pos_max}, n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)",
                         slot=slot, reason="too_close", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
                 del ck[i]
@@ -77,30 +77,30 @@ class CheckpointPolicy:
             i += 1
         while len(ck) >= self.n_max:
             c = ck.pop(0)
-            e._emit("checkpoint_evict", f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
+            emit("checkpoint_evict", f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
                     f"n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)", level="WRN", slot=slot, reason="fifo",
                     n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
         n_new = len(slot.tokens) - n_tokens_cur
         for c in [c for c in ck if c.n_tokens == n_new]:
-            e._emit("checkpoint_evict", f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot,
+            emit("checkpoint_evict", f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot,
                     reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
             ck.remove(c)
-        data = e.ctx.state_seq_get(slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY).copy()
-        data_dft = e.dctx.state_seq_get(slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY).copy() if e.dctx is not None else b""
+        mem = self.memory
+        data = mem.state_get(slot.id, partial=True).copy()
+        data_dft = mem.state_get(slot.id, draft=True, partial=True).copy() if mem.info.has_draft else b""
         c = Checkpoint(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, id_task=id_task, data_tgt=data,
                        data_dft=data_dft)
         ck.append(c)
-        e._emit("checkpoint_created", f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
+        emit("checkpoint_created", f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
                 f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot,
                 n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, size=c.size())
 
     def restore(self, slot, n_past: int, pos_next: int, pos_min_thold: int) -> tuple[int, int]:
         """The memory no longer holds what `n_past` needs: restore the newest usable checkpoint or
         force full re-processing (spec 3.5). Returns (n_past, pos_next)."""
-        e = self.engine
-        found = None
+        emit, found = self.emit, None
         for c in reversed(slot.checkpoints):
-            e._emit("checkpoint_check", f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
+            emit("checkpoint_check", f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
                     slot=slot)
             if c.pos_max > pos_next:
                 continue
@@ -108,29 +108,29 @@ class CheckpointPolicy:
                 found = c
                 break
         if found is None:
-            e._emit("checkpoint_none", "forcing full prompt re-processing due to lack of cache data (likely due to SWA "
+            emit("checkpoint_none", "forcing full prompt re-processing due to lack of cache data (likely due to SWA "
                     "or hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)",
                     slot=slot)
             return 0, 0
-        for ctx, data in ((e.ctx, found.data_tgt), (e.dctx, found.data_dft)):
-            if ctx is None or not len(data):  # load_tgt / load_dft: no-op without a context or data
+        for draft, data in ((False, found.data_tgt), (True, found.data_dft)):
+            if (draft and not self.memory.info.has_draft) or not len(data):  # load_tgt / load_dft: no-op
                 continue
-            n = ctx.state_seq_set(data, slot.id, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+            n = self.memory.state_set(data, slot.id, draft=draft, partial=True)
             if n != len(data):
                 raise RuntimeError(f"checkpoint size mismatch: expected {len(data)}, got {n}")
         pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
         n_past = min(slot.tokens.size_up_to_pos(pos_next), found.n_tokens)
-        e._emit("checkpoint_restored", f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
+        emit("checkpoint_restored", f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
                 f"n_tokens = {found.n_tokens}, n_past = {n_past}, size = {found.size() / MIB:.3f} MiB)", slot=slot,
                 n_tokens=found.n_tokens, n_past=n_past)
         return n_past, pos_next
 
     def erase_invalidated(self, slot, pos_next: int) -> None:
-        e, keep = self.engine, []
+        keep = []
         for c in slot.checkpoints:
             if c.pos_max > pos_next:
-                e._emit("checkpoint_evict", f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
-                        f"{c.pos_max}, n_tokens = {c.n_tokens}, n_swa = {e.n_swa}, pos_next = {pos_next}, size = "
+                self.emit("checkpoint_evict", f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
+                        f"{c.pos_max}, n_tokens = {c.n_tokens}, n_swa = {self.n_swa}, pos_next = {pos_next}, size = "
                         f"{c.size() / MIB:.3f} MiB)", slot=slot, reason="invalidated", n_tokens=c.n_tokens)
             else:
                 keep.append(c)

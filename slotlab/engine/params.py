@@ -68,12 +68,12 @@ class ServerParams:
 
     @property
     def kv_unified_effective(self) -> bool:
-        """SRV:168-173: auto -np forces a unified KV, overriding --no-kv-unified."""
+        """SRV:156-161: auto -np forces a unified KV, overriding --no-kv-unified."""
         return True if self.n_parallel == AUTO else self.kv_unified
 
     @property
     def n_ctx_requested(self) -> int:
-        """SRV:176-186: with --kv-unified-per-slot and no -c, the pool is n_parallel * per_slot."""
+        """SRV:164-174: with --kv-unified-per-slot and no -c, the pool is n_parallel * per_slot."""
         if self.kv_unified_per_slot > 0 and self.n_ctx == 0 and "n_ctx" not in self.explicit:
             return self.n_slots * self.kv_unified_per_slot
         return self.n_ctx
@@ -86,7 +86,7 @@ class ServerParams:
 
     @property
     def cache_idle_slots_effective(self) -> bool:
-        """SC:1553-1567: idle-slot caching needs a prompt cache."""
+        """SC:1401-1415: idle-slot caching needs a prompt cache."""
         return self.cache_idle_slots and self.cache_ram != 0
 
     def validate(self) -> None:

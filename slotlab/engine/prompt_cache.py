@@ -1,4 +1,4 @@
-"""llama-server's RAM prompt cache (`server_prompt_cache`, spec section 2, ST:1689-1905), as pure policy.
+"""llama-server's RAM prompt cache (`server_prompt_cache`, spec section 2, ST:1688-1901), as pure policy.
 
 This module decides; it never touches a llama context. The caller (the slot) supplies the state sizes
 it queried, fills the buffers `alloc` hands back, and restores a chosen entry's bytes through the two
@@ -222,7 +222,7 @@ class PromptCache:
 
     @classmethod
     def from_cache_ram(cls, cache_ram_mib: int, n_ctx: int, **kwargs: Any) -> "PromptCache":
-        """Build it the way `load_model` does from `--cache-ram` (MiB) and `llama_n_ctx` (SC:1484-1496):
+        """Build it the way `load_model` does from `--cache-ram` (MiB) and `llama_n_ctx` (SC:1332-1344):
         negative MiB = no byte limit. `--cache-ram 0` means no cache object at all, so it is refused."""
         if cache_ram_mib == 0:
             raise ValueError("--cache-ram 0 disables the prompt cache: create no PromptCache")
@@ -464,7 +464,16 @@ class PromptCache:
                    n_tokens=entry.n_tokens(), size=entry.size())
         return entry
 
-    # -- update (ST:1870-1905) ----------------------------------------------------------------
+    def clear(self) -> int:
+        """Evict every entry, oldest first (reason "cleared"), then `update()`: a lab control, the
+        server has no such call. Returns how many entries were dropped."""
+        n = len(self.entries)
+        while self.entries:
+            self._evict_front("cleared", "TRC", "clear", "")
+        self.update()
+        return n
+
+    # -- update (ST:1870-1901) ----------------------------------------------------------------
 
     def update(self) -> int:
         """Enforce the byte limit, then the token limit, FIFO; return the token cap used.

@@ -110,7 +110,8 @@ def install_files(trace: Trace, slot_dir: str) -> None:
 def request_result(task) -> dict:
     """One request's answer in the golden JSON schema."""
     if task.error is not None:
-        return {"status": task.error.code, "id_slot": task.id_slot, "cache_n": None, "prompt_n": None,
+        # the server's error body names no slot: id_slot is null, as the recorder reads it
+        return {"status": task.error.code, "id_slot": None, "cache_n": None, "prompt_n": None,
                 "tokens_evaluated": None, "tokens_cached": None, "content": None, "error": task.error.to_json()}
     r = task.result
     return {"status": 200, "id_slot": r["id_slot"], "cache_n": r["timings"]["cache_n"],

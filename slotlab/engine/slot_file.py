@@ -80,15 +80,15 @@ def unpack_tokens(words: np.ndarray) -> np.ndarray:
     return toks
 
 
-def save(ctx, seq: int, tokens, path) -> int:
-    """Write the standard body; returns bytes written (0 = failure)."""
-    return ctx.state_seq_save_file(path, seq, pack_tokens(tokens))
+def save(memory, seq: int, tokens, path) -> int:
+    """Write the standard body through the memory; returns bytes written (0 = failure)."""
+    return memory.save_file(path, seq, pack_tokens(tokens))
 
 
-def load(ctx, seq: int, path) -> tuple[int, np.ndarray]:
+def load(memory, seq: int, path) -> tuple[int, np.ndarray]:
     """Read the standard body into `seq`; returns (bytes read, tokens). (0, []) when llama.cpp
     refused the file; TokensStateError for a bad token payload."""
-    nread, words = ctx.state_seq_load_file(path, seq)
+    nread, words = memory.load_file(path, seq)
     if nread == 0:
         return 0, np.empty(0, dtype=np.int32)
     return nread, unpack_tokens(words)

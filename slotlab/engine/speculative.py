@@ -10,17 +10,16 @@ target sampling the output equals plain decoding. Not modelled: p_min cut-off, E
 
 from __future__ import annotations
 
-from slotlab.llama import Batch, Sampler
+from typing import Callable
+
+from slotlab.engine.emit import Emitter
+from slotlab.memory import Memory, require_seq_rm
 
 
 class Speculative:
-    def __init__(self, engine):
-        self.engine = engine
-        self.dctx = engine.dctx
-        p = engine.params
-        self.n_max, self.n_min = p.draft_max, p.draft_min
-        self.batch = Batch(max(len(engine.slots), 1))
-        self.samplers = [Sampler(engine.backend.dmodel) for _ in engine.slots]
+    def __init__(self, memory: Memory, emit: Emitter, n_max: int, n_min: int):
+        self.memory, self.emit = memory, emit
+        self.n_max, self.n_min = n_max, n_min
 
     def n_draft_max(self, slot) -> int:
         """`get_n_draft_max`: leave room for the sampled token and one more; respect n_predict."""
@@ -30,48 +29,33 @@ class Speculative:
         return n
 
     def draft(self, slot) -> list[int]:
-        """Draft tokens after `slot.sampled`, then drop them from the draft KV again: the verify batch
-        re-decodes them on both contexts."""
+        """Draft tokens after `slot.sampled` (the draft KV keeps none of them: the verify batch
+        re-decodes them on both contexts)."""
         n_max = self.n_draft_max(slot)
         if n_max < max(1, self.n_min):
             return []
-        e, b, pos = self.engine, self.batch, slot.tokens.pos_next()
-        smpl = self.samplers[slot.id]
-        out: list[int] = []
-        b.clear()
-        b.add(slot.sampled, pos, slot.id, logits=True)
-        if self.dctx.decode(b) == 0:
-            while len(out) < n_max:
-                t = smpl.sample(self.dctx, 0)
-                out.append(t)
-                if len(out) == n_max:
-                    break
-                b.clear()
-                b.add(t, pos + len(out), slot.id, logits=True)
-                if self.dctx.decode(b) != 0:
-                    break
-        self.dctx.seq_rm(slot.id, pos, -1)
+        out = self.memory.draft(slot.id, slot.sampled, slot.tokens.pos_next(), n_max)
         if len(out) < self.n_min:
             out = []
         if out:
-            e._emit("spec_draft", f"drafted {len(out)} tokens", level="DBG", slot=slot, n_draft=len(out))
+            self.emit("spec_draft", f"drafted {len(out)} tokens", level="DBG", slot=slot, n_draft=len(out))
         return out
 
-    def process(self, off: int, n: int) -> bool:
+    def process(self, batch, off: int, n: int) -> bool:
         """The draft context decodes the same chunk the target just decoded."""
-        return self.dctx.decode(self.engine.batch, off, n) == 0
+        return self.memory.decode_draft(batch, off, n) == 0
 
-    def verify(self, slot, off: int) -> None:
-        """Sample along the verified positions; keep the matching prefix; drop the rest from both KVs."""
-        e = self.engine
+    def verify(self, slot, off: int, accept: Callable[[object, int], bool]) -> tuple[int, int]:
+        """Sample along the verified positions (`accept(slot, token)` takes each sampled token and
+        says whether generation goes on); keep the matching prefix; drop the rest from both KVs.
+        Returns (drafted, accepted)."""
         draft = slot.spec_draft
         p0 = slot.tokens.pos_next() - 1 - len(draft)  # position of slot.sampled in this batch
         m = 0
         for j in range(len(draft) + 1):
-            tok = slot.sampler.sample(e.ctx, slot.i_batch - off + j)
+            tok = slot.sampler.sample(slot.i_batch - off + j)
             m += 1
-            e._on_sampled(slot, tok)
-            if not e.process_token(slot, tok):
+            if not accept(slot, tok):
                 break
             if j < len(draft) and tok == draft[j]:
                 continue
@@ -79,13 +63,12 @@ class Speculative:
         accepted = m - 1  # every sampled token but the last matched its draft
         slot.stats.n_draft_tokens += len(draft)
         slot.stats.n_draft_accepted += accepted
-        e.metrics.spec_draft_tokens_total += len(draft)
-        e.metrics.spec_accepted_tokens_total += accepted
         keep = p0 + m
         if keep < len(slot.tokens):
-            e.seq_rm(slot, keep, -1)
+            require_seq_rm(self.memory, slot.id, keep, -1)
             slot.tokens.keep_first(keep)
-        e._emit("spec_verify", f"accepted {accepted}/{len(draft)} draft tokens", level="DBG", slot=slot,
-                n_draft=len(draft), n_accepted=accepted)
+        self.emit("spec_verify", f"accepted {accepted}/{len(draft)} draft tokens", level="DBG", slot=slot,
+                  n_draft=len(draft), n_accepted=accepted)
         slot.spec_draft = []
         slot.i_batch = -1
+        return len(draft), accepted

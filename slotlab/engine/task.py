@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger("slotlab.engine")
 
 
 class TaskType(enum.Enum):
@@ -68,6 +71,7 @@ class Task:
     on_token: object = field(default=None, repr=False)
     _callbacks: list = field(default_factory=list, repr=False)
     cancelled: bool = False
+    callback_errors: int = 0  # done callbacks that raised (each logged on "slotlab.engine")
 
     @property
     def n_tokens(self) -> int:
@@ -86,8 +90,9 @@ class Task:
         for cb in self._callbacks:
             try:
                 cb(self)
-            except Exception:  # a listener must not break the engine
-                pass
+            except Exception:  # a listener must not break the engine: logged with its traceback
+                log.exception("done callback of task %d failed", self.id)
+                self.callback_errors += 1
 
     def add_done_callback(self, fn) -> None:
         """`fn(task)` when the task finishes (immediately if it already has)."""

@@ -1,4 +1,4 @@
-"""Text-only helpers named after llama-server's `server_tokens` (spec 0.4, SCM:421-840).
+"""Text-only helpers named after llama-server's `server_tokens` (spec 0.4, SCM:280-801).
 
 slotlab holds a prompt as a 1-D int32 numpy array. Multimodal input is out of scope (spec 12.3), so
 no `LLAMA_TOKEN_NULL` media chunks exist and every rule reduces to plain token comparison:

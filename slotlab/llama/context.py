@@ -94,7 +94,7 @@ class Context:
         if n_threads < 1 or n_threads_batch < 1:
             raise ConfigError(f"n_threads (-t) must be >= 1, got {n_threads}")
 
-        # The per-sequence context the library will compute (LC:292-307); refuse it beyond training.
+        # The per-sequence context the library will compute (LC:290-306); refuse it beyond training.
         n_ctx_req = n_ctx or model.n_ctx_train
         n_ctx_padded = _pad(n_ctx_req)
         n_ctx_seq = n_ctx_padded if kv_unified else _pad(n_ctx_padded // n_parallel)
@@ -137,7 +137,7 @@ class Context:
         self.n_seq_max = int(lib.llama_n_seq_max(ptr))
         self.n_rs_seq = int(lib.llama_n_rs_seq(ptr))
         self.can_shift = bool(self.mem and lib.llama_memory_can_shift(self.mem))
-        # SC:1337: the server's n_swa is 0 with --swa-full (the SWA cache then holds everything)
+        # SC:1185: the server's n_swa is 0 with --swa-full (the SWA cache then holds everything)
         self.n_swa = 0 if swa_full else model.n_swa
         self.seq_rm_type = self._probe_seq_rm() if probe_seq_rm else None
 
@@ -168,7 +168,7 @@ class Context:
     # --- sizes ------------------------------------------------------------------------------------
 
     def n_ctx_slot(self, kv_unified_per_slot: int = 0) -> int:
-        """Each slot's `n_ctx` as the server computes it (SC:4377-4385)."""
+        """Each slot's `n_ctx` as the server computes it (SC:4008-4016)."""
         n = self.n_ctx_seq
         if kv_unified_per_slot > 0:
             n = min(n, kv_unified_per_slot)

@@ -142,3 +142,14 @@ class Model:
         if arr.size and (arr.min() < 0 or arr.max() >= self.n_vocab):
             bad = arr[(arr < 0) | (arr >= self.n_vocab)][0]
             raise ValueError(f"token id {int(bad)} is outside the vocabulary (0..{self.n_vocab - 1})")
+
+    # --- chat ---------------------------------------------------------------------------------------
+
+    def chat_template(self) -> str | None:
+        """The GGUF's own chat template (`tokenizer.chat_template`), or None when it has none."""
+        raw = lib.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8") if raw else None
+
+    def bos_text(self) -> str:
+        """The BOS token as text (a chat template's `bos_token`)."""
+        return self.token_to_piece(lib.llama_vocab_bos(self.vocab)).decode("utf-8", "replace")

@@ -8,6 +8,7 @@ them, and a client that goes away cancels its task (its slot is released, as the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -18,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from slotlab.engine.slot_actions import check_slot_action
 from slotlab.serve.chat import ChatTemplate
 
 SUPPORTED = {"prompt", "n_predict", "max_tokens", "temperature", "seed", "ignore_eos", "cache_prompt", "id_slot",
@@ -154,9 +156,9 @@ class Api:
         return JSONResponse(data)
 
     async def slot_action(self, request: Request):
-        if self.p.slot_save_path is None:
-            return error(501, "This server does not support slots action. Start it with `--slot-save-path`",
-                         "not_supported_error")
+        err = check_slot_action(self.p.slot_save_path, "erase")  # is the feature on (501)
+        if err is not None:
+            return error(err.code, err.message, err.type)
         raw = request.path_params["id_slot"]
         digits = raw.lstrip("+-")
         n = len(raw) - len(digits)
@@ -166,8 +168,9 @@ class Api:
             return error(400, "Invalid slot ID", "invalid_request_error")
         id_slot = int(raw[:n])  # std::stoi: leading digits ("1abc" -> 1)
         action = request.query_params.get("action", "")
-        if action not in ("save", "restore", "erase"):
-            return error(400, "Invalid action", "invalid_request_error")
+        err = check_slot_action(self.p.slot_save_path, action, check_filename=False)
+        if err is not None:
+            return error(err.code, err.message, err.type)
         filename = None
         if action != "erase":
             try:
@@ -215,8 +218,10 @@ class Api:
         if not self.p.metrics:
             return error(501, "This server does not support metrics endpoint. Start it with `--metrics`",
                          "not_supported_error")
-        m = self.engine.metrics
-        busy = sum(1 for s in self.engine.slots if s.is_processing)
+        with self.engine.locked() as core:  # one consistent picture, no step in between
+            m = dataclasses.replace(core.metrics)
+            busy = sum(1 for s in core.slots if s.is_processing)
+            n_deferred = len(core.tq.deferred)
         lines = []
 
         def metric(name, typ, help_, value):
@@ -233,7 +238,7 @@ class Api:
         metric("spec_decode_num_accepted_tokens_total", "counter", "Number of accepted draft tokens.",
                m.spec_accepted_tokens_total)
         metric("requests_processing", "gauge", "Number of requests processing.", busy)
-        metric("requests_deferred", "gauge", "Number of requests deferred.", len(self.engine.deferred))
+        metric("requests_deferred", "gauge", "Number of requests deferred.", n_deferred)
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4",
                                  headers={"Process-Start-Time-Unix": str(int(self.t0))})
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import jinja2
 
-from slotlab.llama._lib import lib
-
 CHATML = ("{%- for message in messages -%}\n"
           "  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n"
           "{%- endfor -%}\n"
@@ -18,13 +16,13 @@ CHATML = ("{%- for message in messages -%}\n"
 
 class ChatTemplate:
     def __init__(self, model):
-        raw = lib.llama_model_chat_template(model.ptr, None)
-        self.source = raw.decode("utf-8") if raw else CHATML
-        self.is_default = raw is None
+        own = model.chat_template()
+        self.source = own if own is not None else CHATML
+        self.is_default = own is None
         env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
         env.globals["raise_exception"] = _raise
         self.template = env.from_string(self.source)
-        self.bos = model.token_to_piece(lib.llama_vocab_bos(model.vocab)).decode("utf-8", "replace")
+        self.bos = model.bos_text()
 
     def apply(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         for m in messages:

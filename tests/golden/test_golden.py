@@ -21,8 +21,6 @@ def _strip(result: dict) -> dict:
     r.pop("content", None)
     if isinstance(r.get("reply"), dict):
         r["reply"] = {k: v for k, v in r["reply"].items() if k != "timings"}
-    if r.get("status") != 200 and "id_slot" in r:
-        r.pop("id_slot")  # the server's error reply names no slot
     return r
 
 

@@ -1,0 +1,132 @@
+"""The slot side of the RAM prompt cache: `server_slot::prompt_save`, `prompt_load`, `prompt_clear`
+and the cache `update()` after them (spec 2.3-2.6).
+
+`PromptCache` (prompt_cache.py) decides which entry to make, evict or pick, on token arrays and
+sizes alone; this glue moves state between it and the memory for one slot and one task, passed in
+on every call. While a call runs, the cache's decisions are reported as events of that slot and
+task (the server's log lines carry them the same way)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from slotlab.engine.emit import Emitter
+from slotlab.engine.prompt_cache import LoadResult, PromptCache
+from slotlab.memory import Memory, require_seq_rm
+
+
+def scores_json(result: LoadResult) -> dict:
+    """A LoadResult as plain data: the slot's baseline and each entry's scores, in scan order."""
+    return {"lcp_base": int(result.lcp_base), "f_keep_base": float(result.f_keep_base),
+            "f_sim_base": float(result.f_sim_base), "winner_id": None if result.entry is None else result.entry.id,
+            "scores": [{"entry_id": sc.entry.id, "n_tokens": sc.n_tokens, "lcp": int(sc.lcp), "f_keep": float(sc.f_keep),
+                        "f_sim": float(sc.f_sim), "below_floor": sc.below_floor, "improved": sc.improved,
+                        "winner": sc.winner} for sc in result.scores]}
+
+
+class CacheGlue:
+    """Prompt save / load / clear between slots, the memory and the RAM cache (None: `--cache-ram 0`)."""
+
+    def __init__(self, cache: PromptCache | None, memory: Memory, emit: Emitter):
+        self.cache, self.memory, self.emit = cache, memory, emit
+
+    # -- reporting the cache's own decisions as this slot's / task's events -------------------------
+
+    @contextmanager
+    def _reporting(self, slot, task) -> Iterator[None]:
+        sid = slot.id
+        tid = task.id if task is not None else (slot.task.id if slot.task else -1)
+        prev = self.cache.on_event
+        self.cache.on_event = lambda kind, **f: self._forward(kind, sid, tid, f)
+        try:
+            yield
+        finally:
+            self.cache.on_event = prev
+
+    def _forward(self, kind: str, sid: int, tid: int, fields: dict) -> None:
+        entry = fields.pop("entry", None)
+        result = fields.pop("result", None)
+        if kind == "cache_alloc" and entry is not None:
+            fields.update(self.entry_json(entry))
+        if result is not None:
+            fields.update(scores_json(result), preview=False)
+        level = fields.pop("level", "TRC")
+        message = fields.pop("message", "")
+        self.emit(kind, message, level=level, slot=sid, task=tid, **fields)
+
+    def entry_json(self, e) -> dict:
+        """What a view shows of an entry besides its size: the byte split, checkpoints, a text head."""
+        return {"size_main": len(e.main), "size_dft": len(e.drft), "size_ckpt": sum(c.size() for c in e.checkpoints),
+                "n_checkpoints": len(e.checkpoints), "head": self.memory.vocab.detokenize(e.tokens[1:13]),
+                "checkpoints": [(c.pos_min, c.pos_max, c.n_tokens, c.size()) for c in e.checkpoints]}
+
+    # -- the server's three calls ---------------------------------------------------------------------
+
+    def prompt_save(self, slot, task=None) -> bool:
+        """Copy the slot's prompt and state into a new entry (spec 2.3); False when not cached."""
+        if self.cache is None or len(slot.tokens) == 0:
+            return False
+        mem = self.memory
+        with self._reporting(slot, task):
+            size_tgt = mem.state_size(slot.id)
+            size_dft = mem.state_size(slot.id, draft=True) if mem.info.has_draft else 0
+            entry = self.cache.alloc(slot.tokens.view(), slot.checkpoints, size_tgt, size_dft, id_slot=slot.id,
+                                     id_task=slot.task_prev.id if slot.task_prev else -1)
+        if entry is None:
+            return False
+        mem.state_get(slot.id, out=entry.main)
+        if mem.info.has_draft:
+            mem.state_get(slot.id, draft=True, out=entry.drft)
+        return True
+
+    def prompt_load(self, slot, task) -> tuple[bool | None, LoadResult | None]:
+        """Restore the best entry for `task` into the slot (spec 2.4). Returns (outcome, scores):
+        True = an entry was restored, None = nothing better than the slot, False = restore failed."""
+        mem = self.memory
+        with self._reporting(slot, task):
+            res = self.cache.load(slot.tokens.view(), task.tokens)
+            if res.entry is None:
+                return None, res
+            entry = res.entry
+            set_dft = (lambda buf: mem.state_set(buf, slot.id, draft=True)) if mem.info.has_draft else None
+            ok = self.cache.restore(entry, lambda buf: mem.state_set(buf, slot.id), set_dft)
+        if not ok:
+            self.emit("cache_load_failed", "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
+            return False, res
+        slot.tokens.assign(entry.tokens)
+        slot.checkpoints = list(entry.checkpoints)
+        slot.origin = f"cache #{entry.id}"
+        self.emit("cache_loaded", "", slot=slot, task=task.id, entry_id=entry.id, n_tokens=len(slot.tokens),
+                  f_keep=float(res.f_keep_best), f_sim=float(res.f_sim_best))
+        return True, res
+
+    def update(self, slot, task=None) -> None:
+        """`prompt_cache->update()` after a save or load: enforce the limits, log the state."""
+        with self._reporting(slot, task):
+            self.cache.update()
+
+    def preview(self, slot, task) -> None:
+        """The scores `load` would give, without loading (a view's preview; the server logs nothing)."""
+        res = self.cache.load(slot.tokens.view(), task.tokens, emit=False)
+        self.emit("cache_load_scores", "", slot=slot, task=task.id, preview=True, **scores_json(res))
+
+    def prompt_clear(self, slot, reason: str = "clear") -> None:
+        """`server_slot::prompt_clear`: the slot's KV, tokens and checkpoints are dropped."""
+        self.emit("slot_clear", f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
+                  n_tokens=len(slot.tokens))
+        require_seq_rm(self.memory, slot.id, -1, -1)
+        slot.tokens.clear()
+        slot.checkpoints = []
+        slot.origin = "slot"
+
+    def clear_cache(self) -> int:
+        """Empty the RAM prompt cache through the cache's own eviction (a lab control)."""
+        if self.cache is None:
+            return 0
+        prev = self.cache.on_event
+        self.cache.on_event = lambda kind, **f: self._forward(kind, -1, -1, f)
+        try:
+            return self.cache.clear()
+        finally:
+            self.cache.on_event = prev
