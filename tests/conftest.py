@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+import os
 
-from slotlab.llama import Batch, Context, Model, Sampler
+# every event emitted in the test run is checked against slotlab.engine.event_types (an emit site that
+# drifts from the schema fails the test that reached it)
+os.environ.setdefault("SLOTLAB_STRICT_EVENTS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from slotlab.llama import Batch, Context, Model, Sampler  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -4,18 +4,33 @@ Every decision the engine makes is one immutable `Event`, emitted at the exact p
 carrying the server's own log text in `message` (so a real `llama-server -lv 4` log can be read side
 by side), a level (ERR/WRN/INF/TRC/DBG as the server would print it), the slot and task, and the
 numbers behind the decision in `data`. The panel, the replay report, metrics and the time slider are
-folds over this one stream."""
+folds over this one stream.
+
+The schema of each kind's `data` is `slotlab.engine.event_types` (kind constants, one payload class per
+kind, `validate`). The bus checks every emit against it when strict (`EventBus(strict=True)` or env
+`SLOTLAB_STRICT_EVENTS=1`); otherwise a mismatch is logged once per kind. The log is bounded; what the
+trimmed part defined (slots, RAM-cache entries, recent history) is retained, so `replay()` still
+rebuilds the current picture for a view attached late. A subscriber that raises is logged (logger
+`slotlab.events`, with its traceback), counted and kept in `errors` / `last_error`; the other
+subscribers and the engine go on."""
 
 from __future__ import annotations
 
-import itertools
+import collections
 import json
+import logging
+import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
+
+from slotlab.engine import event_types as _types
+
+log = logging.getLogger("slotlab.events")
 
 LEVELS = ("ERR", "WRN", "INF", "TRC", "DBG")
 
@@ -38,6 +53,10 @@ class Event:
             return f"slot {func:>12}: id {self.slot:2d} | task {self.task} | {self.message}"
         return f"srv  {func:>12}: {self.message}"
 
+    def payload(self) -> "_types.Payload":
+        """The typed view of `data` (`event_types.REGISTRY[kind]`); raises EventSchemaError on a mismatch."""
+        return _types.payload(self)
+
     def to_json(self) -> dict:
         return {"seq": self.seq, "t": round(self.t, 6), "kind": self.kind, "level": self.level,
                 "slot": self.slot, "task": self.task, "message": self.message,
@@ -58,16 +77,79 @@ def _plain(v: Any) -> Any:
     return repr(v)
 
 
-class EventBus:
-    """Fan-out to subscribers plus an in-memory log (bounded by `max_log`, oldest dropped)."""
+def strict_from_env() -> bool:
+    """`SLOTLAB_STRICT_EVENTS=1` (or true/yes): buses created without `strict=` check every emit."""
+    return os.environ.get("SLOTLAB_STRICT_EVENTS", "").strip().lower() in ("1", "true", "yes", "on")
 
-    def __init__(self, max_log: int | None = 200_000):
+
+@dataclass(frozen=True)
+class SubscriberError:
+    """A subscriber that raised: on which event, which subscriber, what (with the traceback)."""
+
+    seq: int
+    kind: str
+    subscriber: str
+    error: str  # "TypeError: ..."
+    traceback: str
+    when: float  # time.time()
+
+    def __str__(self) -> str:
+        return f"event subscriber {self.subscriber} raised on event #{self.seq} ({self.kind}): {self.error}"
+
+
+class Replay(NamedTuple):
+    """What a late subscriber rebuilds from: `EventBus.replay()`."""
+
+    events: list  # retained events of the trimmed part + the log (up to `upto`), in seq order
+    dropped: dict  # kind -> number of events gone for good (trimmed and not retained)
+    first_seq: int  # seq of the oldest event still in the log: the first a time slider can show
+    n_trimmed: int  # events trimmed from the log so far
+
+
+#: how many subscriber errors are logged with their traceback before only every 1000th is
+LOG_FIRST_ERRORS = 20
+
+
+class EventBus:
+    """Fan-out to subscribers plus an in-memory log (bounded by `max_log`, oldest dropped).
+
+    `max_log`: the log holds at most this many events; when it overflows, the oldest are trimmed in
+    chunks of `trim_chunk` (default 2 % of `max_log`), so trimming costs O(1) per event. Trimmed events
+    are passed through `event_types.RETAIN`: the ones that define the current picture (init, the last
+    snapshot of each slot, live RAM-cache entries, the cache gauges, recent history) are kept, and
+    `replay()` returns them with the log. `dropped` counts, per kind, the events that are gone.
+
+    `strict`: check every emit against `event_types` and raise `EventSchemaError` on a mismatch (None:
+    from env `SLOTLAB_STRICT_EVENTS`). Not strict: the first mismatch of each kind is logged and kept
+    in `schema_problems`, and the event is emitted anyway.
+
+    Subscribers run in the emitting thread, after the event is logged. One that raises is logged
+    (logger `slotlab.events`, with the traceback: the first 20, then every 1000th), counted in
+    `n_errors`, kept in `errors` (the last 50) / `last_error`; the others still get the event."""
+
+    def __init__(self, max_log: int | None = 200_000, *, strict: bool | None = None, trim_chunk: int | None = None):
         self._subs: list[Callable[[Event], None]] = []
-        self._seq = itertools.count()
+        self._n = 0
         self._t0 = time.perf_counter()
         self._lock = threading.Lock()
         self.max_log = max_log
+        self.trim_chunk = max(1, trim_chunk if trim_chunk is not None else (max_log or 0) // 50)
+        self.strict = strict_from_env() if strict is None else bool(strict)
         self.log: list[Event] = []
+        self.n_trimmed = 0
+        self.dropped: collections.Counter = collections.Counter()
+        self.errors: collections.deque[SubscriberError] = collections.deque(maxlen=50)
+        self.n_errors = 0
+        self.schema_problems: dict[str, str] = {}
+        self._rules: dict[str, list] = {}
+        self._until: dict[str, list] = {}
+        for r in _types.RETAIN:
+            for k in r.kinds:
+                self._rules.setdefault(k, []).append(r)
+            for k in r.until:
+                self._until.setdefault(k, []).append(r)
+        self._boxes: dict[str, collections.OrderedDict] = {r.name: collections.OrderedDict() for r in _types.RETAIN}
+        self._held: dict[int, list] = {}  # seq -> [event, number of rules holding it]
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call `fn(event)` for every future event; returns the unsubscribe function."""
@@ -76,17 +158,132 @@ class EventBus:
 
     def emit(self, kind: str, message: str = "", *, level: str = "TRC", slot: int = -1, task: int = -1,
              **data: Any) -> Event:
+        if _types.validate(kind, data):
+            if self.strict:
+                _types.check(kind, data)
+            self._schema_problem(kind, data)
         with self._lock:
-            ev = Event(next(self._seq), time.perf_counter() - self._t0, kind, level, message, slot, task, data)
+            ev = Event(self._n, time.perf_counter() - self._t0, kind, level, message, slot, task, data)
+            self._n += 1
             self.log.append(ev)
             if self.max_log is not None and len(self.log) > self.max_log:
-                del self.log[: len(self.log) - self.max_log]
+                self._trim()
         for fn in list(self._subs):
             try:
                 fn(ev)
-            except Exception:  # a broken view must not stop the engine
-                pass
+            except Exception as exc:  # a broken view must not stop the engine, but it is reported
+                self._subscriber_failed(fn, ev, exc)
         return ev
+
+    # ------------------------------------------------------------------ errors
+
+    @property
+    def last_error(self) -> str | None:
+        """The last subscriber error as one line (None: none so far)."""
+        return str(self.errors[-1]) if self.errors else None
+
+    def _subscriber_failed(self, fn, ev: Event, exc: Exception) -> None:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        err = SubscriberError(ev.seq, ev.kind, name, f"{type(exc).__name__}: {exc}",
+                              "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), time.time())
+        with self._lock:
+            self.n_errors += 1
+            n = self.n_errors
+            self.errors.append(err)
+        if n <= LOG_FIRST_ERRORS or n % 1000 == 0:
+            more = " (further ones: every 1000th is logged)" if n == LOG_FIRST_ERRORS else ""
+            log.error("%s; the engine goes on (%d subscriber error(s) so far%s)", err, n, more, exc_info=exc)
+
+    def _schema_problem(self, kind: str, data: dict) -> None:
+        if kind in self.schema_problems:
+            return
+        text = "; ".join(_types.validate(kind, data))
+        self.schema_problems[kind] = text
+        log.warning("event does not match slotlab.engine.event_types: %s", text)
+
+    # ------------------------------------------------------------------ trimming and retention
+
+    def _trim(self) -> None:
+        """Drop the oldest events (at least `trim_chunk`) and pass them through the retention rules."""
+        n = min(len(self.log), max(len(self.log) - self.max_log, self.trim_chunk))
+        gone = self.log[:n]
+        del self.log[:n]
+        self.n_trimmed += n
+        for ev in gone:
+            self._retain(ev)
+
+    def _retain(self, ev: Event) -> None:
+        for r in self._until.get(ev.kind, ()):
+            box = self._boxes[r.name].pop(r.key(ev), None)
+            for old in box or ():
+                self._release(old)
+        held = 0
+        for r in self._rules.get(ev.kind, ()):
+            if r.when is not None and not r.when(ev):
+                continue
+            boxes = self._boxes[r.name]
+            key = r.key(ev)
+            box = boxes.get(key)
+            if box is None:
+                if len(boxes) >= r.max_keys:
+                    for old in boxes.popitem(last=False)[1]:
+                        self._release(old)
+                box = boxes[key] = collections.deque()
+            elif len(box) >= r.keep:
+                self._release(box.popleft())
+            box.append(ev)
+            held += 1
+        if held:
+            self._held[ev.seq] = [ev, held]
+        else:
+            self.dropped[ev.kind] += 1
+
+    def _release(self, ev: Event) -> None:
+        h = self._held[ev.seq]
+        h[1] -= 1
+        if h[1] == 0:
+            del self._held[ev.seq]
+            self.dropped[ev.kind] += 1
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the oldest event still in the log (0 until something is trimmed)."""
+        try:
+            return self.log[0].seq
+        except IndexError:
+            return self._n
+
+    @property
+    def n_events(self) -> int:
+        """Events emitted so far (the next event's seq)."""
+        return self._n
+
+    @property
+    def retained(self) -> list[Event]:
+        """The events kept from the trimmed part of the log (see `event_types.RETAIN`), in seq order."""
+        with self._lock:
+            return sorted((h[0] for h in self._held.values()), key=lambda e: e.seq)
+
+    def replay(self, upto: int | None = None) -> Replay:
+        """What a late subscriber needs to rebuild the picture as of event `upto` (default: the last):
+        the retained events of the trimmed part then the log, in seq order, with the per-kind counts of
+        the events that are gone. Exact for any `upto >= first_seq - 1`; earlier than that only what was
+        retained remains."""
+        with self._lock:
+            base = sorted((h[0] for h in self._held.values()), key=lambda e: e.seq)
+            first = self.log[0].seq if self.log else self._n
+            if upto is None:
+                tail = list(self.log)
+            else:
+                tail = self.log[: max(0, upto - first + 1)]  # the log's seqs are contiguous
+                base = [e for e in base if e.seq <= upto]
+            return Replay(base + tail, dict(self.dropped), first, self.n_trimmed)
+
+    def replayable(self, upto: int | None = None) -> list[Event]:
+        """`replay(upto).events`."""
+        return self.replay(upto).events
+
+    # ------------------------------------------------------------------ reading the log
 
     def filter(self, kinds: Iterable[str] | None = None, slot: int | None = None) -> list[Event]:
         ks = set(kinds) if kinds is not None else None

@@ -1,17 +1,24 @@
 """The panel's model: a fold over engine events, with no widgets and no engine access.
 
-`PanelState.apply(event)` is the reducer; `PanelState.rebuild(events)` replays a prefix of the log,
-which is what the time slider does. Everything it keeps is bounded (ring buffers), so a long run
-does not grow it."""
+`PanelState.apply(event)` is the reducer, written against the event schema (`slotlab.engine.event_types`:
+kind constants, typed payloads); the provenance spans and "why" lines are folded from the engine's facts
+by `slotlab.explain.Explainer`. `PanelState.rebuild(events)` replays a prefix of the log, which is what
+the time slider does. `PanelState.from_bus(bus)` rebuilds from an `EventBus` even after its bounded log
+was trimmed: the bus retains what the trimmed events defined (init, each slot's last snapshot, the live
+RAM-cache entries, the gauges, the recent history rings below), so the result equals a fold of every
+event from the first. Everything it keeps is bounded (ring buffers), so a long run does not grow it."""
 
 from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
 
+from slotlab import explain
+from slotlab.engine import event_types as T
+
 EVICTION_REASONS = ("make_room", "byte_limit", "token_limit", "obsolete_prefix", "loaded", "shrink", "idle_clear",
                     "purge", "cleared")
-PROVENANCE = ("kept", "cache", "file", "checkpoint", "shifted", "prefill", "generated")
+PROVENANCE = explain.PROVENANCE
 
 
 @dataclass
@@ -45,60 +52,103 @@ class PanelState:
     entries: dict = field(default_factory=dict)  # entry id -> info, insertion order = FIFO order
     gauge: dict = field(default_factory=dict)
     scores: dict = field(default_factory=dict)  # last cache_load_scores (task, preview, baseline, per entry)
-    evictions: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
-    ckpt_marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=200))
-    why: collections.deque = field(default_factory=lambda: collections.deque(maxlen=200))
+    evictions: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.EVICTIONS_KEEP))
+    ckpt_marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.CHECKPOINT_MARKS_KEEP))
+    why: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.WHY_KEEP))
     last_seq: int = -1
     n_requests: int = 0
+    _explainer: explain.Explainer = field(default_factory=lambda: explain.Explainer(max_lines=T.WHY_KEEP), repr=False,
+                                          compare=False)
 
     @classmethod
-    def rebuild(cls, events) -> "PanelState":
+    def rebuild(cls, events, dropped: dict | None = None) -> "PanelState":
+        """Fold `events` (in seq order). `dropped`: per-kind counts of earlier events that are gone
+        (`EventBus.replay().dropped`), so that counters such as `n_requests` stay right."""
         st = cls()
+        st.n_requests = (dropped or {}).get(T.TASK_DONE, 0)
         for e in events:
             st.apply(e)
         return st
 
+    @classmethod
+    def from_bus(cls, bus, upto: int | None = None) -> "PanelState":
+        """The state as of event `upto` (default: the last) rebuilt from `bus`, trimmed or not; exact
+        for any `upto >= bus.first_seq - 1` (what a time slider can reach)."""
+        r = bus.replay(upto)
+        return cls.rebuild(r.events, r.dropped)
+
     def slot(self, i: int) -> SlotView:
         if i not in self.slots:
             self.slots[i] = SlotView(i)
-            self.history[i] = collections.deque(maxlen=20)
+            self.history[i] = collections.deque(maxlen=T.HISTORY_PER_SLOT)
         return self.slots[i]
 
     def apply(self, e) -> None:
+        k = e.kind
         self.last_seq = e.seq
-        d, k = e.data, e.kind
-        if k == "init":
-            self.n_slots, self.n_ctx_slot = d["n_slots"], d["n_ctx_slot"]
-            self.n_swa, self.cache_ram, self.flags = d.get("n_swa", 0), d.get("cache_ram", 0), d.get("flags", [])
+        if k not in _FOLDED:
+            return
+        p = T.payload(e)  # raises EventSchemaError on a malformed event: the panel reports it
+        if k in _EXPLAINED:
+            x = self._explainer.apply(e)
+            if x is not None:  # a prompt plan: the request's why line
+                self.why.append((e.task, e.slot, x.why))
+        if k == T.INIT:
+            self.n_slots, self.n_ctx_slot = p.n_slots, p.n_ctx_slot
+            self.n_swa, self.cache_ram, self.flags = p.n_swa, p.cache_ram, p.flags
             for i in range(self.n_slots):
                 self.slot(i)
-        elif k == "slot_snapshot":
+        elif k == T.SLOT_SNAPSHOT:
             sv = self.slot(e.slot)
-            sv.task, sv.state = e.task, d["state"]
-            for f in ("n_tokens", "n_prompt", "n_past", "prompt_n", "n_gen", "prov", "divergence", "div_text", "origin",
-                      "shifts", "checkpoints", "why"):
-                setattr(sv, f, d[f])
-        elif k == "task_done":
+            sv.task, sv.state = e.task, p.state
+            for f in _SNAPSHOT_FIELDS:
+                setattr(sv, f, getattr(p, f))
+            x = self._explainer.slots.get(e.slot)
+            sv.prov = _spans(x, e.task, p.n_tokens, p.n_prompt)
+            if x is not None:
+                sv.divergence, sv.div_text, sv.why = x.divergence, x.div_text, x.why
+        elif k == T.TASK_DONE:
             self.n_requests += 1
-            self.history[e.slot].append((e.task, d["cache_n"], d["prompt_n"], tuple(dict.fromkeys(d.get("prov", [])))))
-        elif k == "cache_alloc":
-            self.entries[d["entry_id"]] = {"id": d["entry_id"], "n_tokens": d["n_tokens"], "size": d["size"],
-                                           "size_main": d.get("size_main", 0), "size_dft": d.get("size_dft", 0),
-                                           "size_ckpt": d.get("size_ckpt", 0), "head": d.get("head", ""),
-                                           "id_slot": d.get("id_slot", -1), "id_task": d.get("id_task", -1),
-                                           "checkpoints": d.get("checkpoints", [])}
-        elif k == "cache_evict":
-            self.entries.pop(d.get("entry_id"), None)
-            self.evictions.append((e.seq, e.t, d.get("reason", "?"), d.get("n_tokens", 0), e.slot))
-        elif k == "slot_clear" and d.get("reason") in ("idle_clear", "purge") and d.get("n_tokens", 0) > 0:
-            self.evictions.append((e.seq, e.t, d["reason"], d["n_tokens"], e.slot))
-        elif k == "cache_state":
-            self.gauge = {x: d[x] for x in ("size", "n_tokens", "limit_size", "limit_tokens", "limit_tokens_cur",
-                                            "n_entries")}
-        elif k == "cache_load_scores":
-            self.scores = {"task": e.task, "slot": e.slot, **d}
-        elif k == "request_why":
-            self.why.append((e.task, e.slot, e.message))
-        elif k in ("checkpoint_created", "checkpoint_restored", "checkpoint_evict", "checkpoint_none"):
-            self.ckpt_marks.append((e.seq, e.slot, k.removeprefix("checkpoint_"), d.get("reason"), d.get("n_tokens"),
-                                    d.get("pos_min"), d.get("pos_max")))
+            self.slot(e.slot)
+            x = self._explainer.slots.get(e.slot)
+            kinds = tuple(dict.fromkeys(kd for _, _, kd in x.prov)) if x is not None and x.task == e.task else ()
+            self.history[e.slot].append((e.task, p.cache_n, p.prompt_n, kinds))
+        elif k == T.CACHE_ALLOC:
+            self.entries[p.entry_id] = {"id": p.entry_id, "n_tokens": p.n_tokens, "size": p.size,
+                                        "size_main": p.size_main, "size_dft": p.size_dft, "size_ckpt": p.size_ckpt,
+                                        "head": p.head, "id_slot": p.id_slot, "id_task": p.id_task,
+                                        "checkpoints": p.checkpoints}
+        elif k == T.CACHE_EVICT:
+            self.entries.pop(p.entry_id, None)
+            self.evictions.append((e.seq, e.t, p.reason, p.n_tokens, e.slot))
+        elif k == T.SLOT_CLEAR:
+            if p.reason in T.EVICTING_CLEARS and p.n_tokens > 0:
+                self.evictions.append((e.seq, e.t, p.reason, p.n_tokens, e.slot))
+        elif k == T.CACHE_STATE:
+            self.gauge = {x: getattr(p, x) for x in ("size", "n_tokens", "limit_size", "limit_tokens",
+                                                     "limit_tokens_cur", "n_entries")}
+        elif k == T.CACHE_LOAD_SCORES:
+            self.scores = {"task": e.task, "slot": e.slot, **e.data}
+        elif k in T.CHECKPOINT_MARKS:
+            self.ckpt_marks.append((e.seq, e.slot, k.removeprefix("checkpoint_"), getattr(p, "reason", None),
+                                    getattr(p, "n_tokens", None), getattr(p, "pos_min", None),
+                                    getattr(p, "pos_max", None)))
+
+
+def _spans(x, task: int, n_tokens: int, n_prompt: int) -> list:
+    """The slot's tokens as provenance spans: its last request's prompt spans (`x`, from the explainer)
+    cut at what the slot holds, then what it generated; a slot without a request holds `kept` tokens."""
+    if task < 0 or n_prompt == 0 or x is None:
+        return [(0, n_tokens, "kept")] if n_tokens else []
+    prov = [(a, min(b, n_tokens), kd) for a, b, kd in x.prov if a < n_tokens]
+    if n_tokens > n_prompt:
+        prov.append((n_prompt, n_tokens, "generated"))
+    return prov
+
+
+_SNAPSHOT_FIELDS = ("n_tokens", "n_prompt", "n_past", "prompt_n", "n_gen", "origin", "shifts", "checkpoints")
+#: the kinds the explainer folds (slot decisions, prompt plans, init for -sps)
+_EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN))
+#: the kinds `PanelState.apply` folds (every other kind only advances `last_seq`)
+_FOLDED = frozenset((T.INIT, T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_STATE,
+                     T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN) + T.CHECKPOINT_MARKS)

@@ -4,13 +4,20 @@ The engine never touches a widget: its events land in a deque (any thread), and 
 kernel's asyncio loop drains it at most 10 times a second, folds the events into the state and
 applies one batched update (`fig.batch_update()` + `hold_sync()`), replacing whole trace arrays.
 One FigureWidget holds the token timelines, the checkpoint chain and the eviction plot; tables,
-gauges and the event log are HTML. The time slider rebuilds the state from the event log."""
+gauges and the event log are HTML. The time slider rebuilds the state from the event bus
+(`PanelState.from_bus`): a panel opened late on a long run, after the bus trimmed its log, still
+shows every slot and cache entry, but the slider only reaches the events the log still holds.
+
+Errors are shown, never swallowed: an event subscriber that raised (counted by the bus) and a panel
+update that raised (logged to `slotlab.panel` with its traceback; the panel goes on with the next
+event) both appear in the status line next to the controls."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import html
+import logging
 import threading
 
 import ipywidgets as w
@@ -22,6 +29,7 @@ from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
 COLORS = {"kept": "#4c78a8", "cache": "#72b7b2", "file": "#b279a2", "checkpoint": "#9d755d", "shifted": "#eeca3b",
           "prefill": "#f58518", "generated": "#54a24b"}
 MIB = 1024.0 * 1024.0
+log = logging.getLogger("slotlab.panel")
 
 
 def _esc(x) -> str:
@@ -36,13 +44,17 @@ class Panel(w.VBox):
         self.max_rows = max_rows
         self.period = 1.0 / fps
         self.pending: collections.deque = collections.deque()
-        self.state = PanelState.rebuild(list(engine.events.log))
         self.live = True
+        self.n_errors = 0  # panel updates that raised (see `last_error` and the status line)
+        self.last_error: str | None = None
+        self._control_msg = ""
         self._lock = threading.Lock()
-        self._build()
+        # subscribe first, then rebuild: an event emitted in between is in both and applied once (by seq)
         self._unsubscribe = engine.events.subscribe(self.pending.append)
+        self.state = PanelState.from_bus(engine.events)
+        self._build()
         self._task = None
-        self.render()
+        self._render_safely()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -109,8 +121,10 @@ class Panel(w.VBox):
         self.b_save, self.b_restore, self.b_erase = (w.Button(description=x) for x in ("save", "restore", "erase"))
         self.b_clear = w.Button(description="clear RAM cache", icon="trash")
         self.status = w.HTML()
-        self.slider = w.IntSlider(description="event #", min=0, max=max(self.state.last_seq, 0), value=max(self.state.last_seq, 0),
+        last = max(self.state.last_seq, 0)
+        self.slider = w.IntSlider(description="event #", min=min(self._slider_min(), last), max=last, value=last,
                                   continuous_update=False, layout=w.Layout(width="70%"))
+        self.trim_note = w.HTML()
         self.follow = w.Checkbox(description="follow live", value=True)
         self.b_run.on_click(lambda _: self._do(self.engine.start) or self._do(self.engine.resume))
         self.b_pause.on_click(lambda _: self._do(self.engine.pause))
@@ -129,6 +143,7 @@ class Panel(w.VBox):
             w.HBox([self.prompt, w.VBox([self.n_predict, self.id_slot, self.b_send])]),
             w.HBox([self.a_slot, self.a_file, self.b_save, self.b_restore, self.b_erase, self.b_clear]),
             w.HBox([self.slider, self.follow]),
+            self.trim_note,
         ])
         tabs = w.Tab(children=[
             w.VBox([self.gauges, self.cache_box]),
@@ -146,10 +161,47 @@ class Panel(w.VBox):
         try:
             r = fn()
             err = getattr(r, "error", None)
-            self.status.value = f"<span style='color:#b00'>{_esc(err.message)}</span>" if err else ""
+            self._control_msg = _esc(err.message) if err else ""
         except Exception as e:  # a control must never raise into the kernel's widget handler
-            self.status.value = f"<span style='color:#b00'>{_esc(type(e).__name__)}: {_esc(e)}</span>"
+            self._control_msg = f"{_esc(type(e).__name__)}: {_esc(e)}"
+        self._render_status()
         self.refresh()
+
+    # ------------------------------------------------------------------ errors and the status line
+
+    def _note_error(self, where: str, exc: BaseException) -> None:
+        """A panel update raised: log it with its traceback, count it, show it; the panel goes on."""
+        self.n_errors += 1
+        self.last_error = f"{where}: {type(exc).__name__}: {exc}"
+        if self.n_errors <= 20 or self.n_errors % 1000 == 0:
+            log.error("panel update failed (%d so far), the panel goes on: %s", self.n_errors, self.last_error,
+                      exc_info=exc)
+        self._render_status()
+
+    def _render_status(self) -> None:
+        """The status line: the last control's outcome, then any subscriber / panel / schema errors."""
+        bus = self.engine.events
+        parts = []
+        if self._control_msg:
+            parts.append(f"<span style='color:#b00'>{self._control_msg}</span>")
+        if bus.n_errors:
+            parts.append(f"<span class='slotlab-error' style='color:#b00'>⚠ {bus.n_errors} event subscriber error(s); "
+                         f"last: {_esc(bus.last_error)} (traceback: logger slotlab.events)</span>")
+        if self.n_errors:
+            parts.append(f"<span class='slotlab-error' style='color:#b00'>⚠ {self.n_errors} panel update error(s); "
+                         f"last: {_esc(self.last_error)} (traceback: logger slotlab.panel)</span>")
+        if bus.schema_problems:
+            parts.append(f"<span class='slotlab-error' style='color:#b60'>⚠ events not matching the schema: "
+                         f"{_esc('; '.join(bus.schema_problems.values()))}</span>")
+        value = " · ".join(parts)
+        if self.status.value != value:
+            self.status.value = value
+
+    def _render_safely(self) -> None:
+        try:
+            self.render()
+        except Exception as exc:  # a drawing bug must not freeze the panel: shown, and the next update retries
+            self._note_error("redrawing", exc)
 
     # ------------------------------------------------------------------ event pump
 
@@ -157,25 +209,42 @@ class Panel(w.VBox):
         while True:
             await asyncio.sleep(self.period)
             if self.pending:
-                self.refresh()
+                try:
+                    self.refresh()
+                except Exception as exc:  # the pump must outlive any error (else the panel freezes silently)
+                    self._note_error("panel update", exc)
+
+    def _slider_min(self) -> int:
+        """The first event the slider can show: 0, or the oldest event the bus's log still holds."""
+        bus = self.engine.events
+        return bus.first_seq if bus.n_trimmed else 0
 
     def refresh(self) -> int:
-        """Fold pending events into the state and redraw once; returns how many were applied."""
+        """Fold pending events into the state and redraw once; returns how many were taken. An event
+        that fails to apply is reported (status line, logger `slotlab.panel`) and skipped."""
         with self._lock:
             n = 0
             while self.pending:
                 ev = self.pending.popleft()
-                if self.live:
-                    self.state.apply(ev)
                 n += 1
+                if self.live and ev.seq > self.state.last_seq:
+                    try:
+                        self.state.apply(ev)
+                    except Exception as exc:
+                        self._note_error(f"applying event #{ev.seq} ({ev.kind})", exc)
             if n:
-                last = self.engine.events.log[-1].seq if self.engine.events.log else 0
+                bus = self.engine.events
+                last = bus.log[-1].seq if bus.log else max(self.state.last_seq, 0)
                 with self.slider.hold_trait_notifications():
                     self.slider.max = last
+                    self.slider.min = min(self._slider_min(), last)
                     if self.live:
                         self.slider.value = last
                 if self.live:
-                    self.render()
+                    self._render_safely()
+                else:
+                    self._render_status()
+                    self._render_trim_note()
             return n
 
     def _on_scrub(self, change) -> None:
@@ -186,16 +255,17 @@ class Panel(w.VBox):
     def _on_follow(self, change) -> None:
         if change["new"]:
             self.live = True
-            self.state = PanelState.rebuild(list(self.engine.events.log))
+            self.state = PanelState.from_bus(self.engine.events)
             self.slider.value = self.slider.max
-            self.render()
+            self._render_safely()
 
     def show_at(self, seq: int) -> PanelState:
-        """The panel as it was right after event `seq` (rebuilt from the event log); stops following."""
+        """The panel as it was right after event `seq` (rebuilt from the event bus); stops following.
+        Once the bus has trimmed its log, `seq` is raised to the oldest event it still holds."""
         self.live = False
         self.follow.value = False
-        self.state = PanelState.rebuild([e for e in list(self.engine.events.log) if e.seq <= seq])
-        self.render()
+        self.state = PanelState.from_bus(self.engine.events, upto=max(seq, self._slider_min()))
+        self._render_safely()
         return self.state
 
     def close(self) -> None:
@@ -217,6 +287,20 @@ class Panel(w.VBox):
         self._render_events()
         self._render_why(st)
         self._render_slots(st)
+        self._render_status()
+        self._render_trim_note()
+
+    def _render_trim_note(self) -> None:
+        bus = self.engine.events
+        if not bus.n_trimmed:
+            value = ""
+        else:
+            value = (f"<small>The event log keeps the last {len(bus.log):,} events: the slider reaches "
+                     f"#{bus.first_seq:,} to #{self.slider.max:,}; the {bus.n_trimmed:,} earlier events were trimmed "
+                     "(the slots, RAM-cache entries, gauges and recent history they defined are kept, so the state "
+                     "shown is complete; only their own rows are gone from the event list).</small>")
+        if self.trim_note.value != value:
+            self.trim_note.value = value
 
     def _render_header(self, st: PanelState) -> None:
         flags = " ".join(st.flags) or "(server defaults)"

@@ -1,0 +1,1091 @@
+"""The event schema: every event kind the engine emits, its fields, what they mean.
+
+An `Event` (slotlab.engine.events) is an envelope: `seq, t, kind, level, message, slot, task` plus a
+`data` dict. This module says, for each `kind`, which keys `data` carries: one frozen dataclass per
+kind, grouped in families (a base class per family), each field documented. It is the contract the
+engine, the panel, serve, replay and metrics share:
+
+* kind names as constants (`SLOT_SNAPSHOT`, `CACHE_ALLOC`, ...): import them instead of writing strings;
+* `REGISTRY`: kind -> payload class; `FAMILIES`: family name -> kinds;
+* `payload(event)` (or `Event.payload()`): the typed, attribute-access view of an event's data;
+* `validate(kind, data)`: the list of problems (unknown kind, missing field, unexpected field), empty
+  when the data matches; `check(kind, data)` raises `EventSchemaError` instead. `EventBus(strict=True)`
+  (or env `SLOTLAB_STRICT_EVENTS=1`) runs `check` on every emit, so a test run checks every emit site;
+* `RETAIN`: which events define the current picture, so that an `EventBus` whose bounded log has been
+  trimmed can still hand a late subscriber what it needs to rebuild it (see `EventBus.replay`).
+
+Conventions. Every payload may carry `func` (the server function whose log line `message` is: the RAM
+cache's events set it). Keys starting with `_` are private to the process (never serialized, never
+validated). Token counts are `n_*`, byte sizes `size*`, positions `pos_*`, fractions `f_*`;
+`entry_id` names a RAM-cache entry for its whole life (from `cache_alloc` to its `cache_evict`).
+
+Adding a kind: a constant, then a `@dataclass(frozen=True, kw_only=True)` subclass of its family's
+base with `KINDS = (CONSTANT,)` and its fields (a field with a default is optional). Nothing else: the
+registry, the validator and `FAMILIES` are built from the classes when the module loads."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Hashable, Optional
+
+from slotlab.errors import SlotlabError
+
+# ---------------------------------------------------------------------------------------------- kinds
+
+# init / params
+CACHE_INIT = "cache_init"
+PARAMS = "params"
+INIT = "init"
+# task lifecycle
+TASK_QUEUED = "task_queued"
+TASK_DEFERRED = "task_deferred"
+TASK_UNDEFERRED = "task_undeferred"
+TASK_CANCELLED = "task_cancelled"
+TASK_LAUNCHED = "task_launched"
+TASK_ERROR = "task_error"
+TASK_DONE = "task_done"
+SLOT_RELEASE = "slot_release"
+CALLBACK_ERROR = "callback_error"
+# slot selection (and what happens to idle slots)
+SLOT_SELECTED_BY_ID = "slot_selected_by_id"
+SLOT_SKIP = "slot_skip"
+SLOT_SIM = "slot_sim"
+SLOT_SELECTED_BY_LCP = "slot_selected_by_lcp"
+SLOT_SELECTED_BY_LRU = "slot_selected_by_lru"
+SLOT_DECISION = "slot_decision"
+IDLE_SLOT_SAVE = "idle_slot_save"
+IDLE_SLOT_SAVED = "idle_slot_saved"
+SLOT_CLEAR = "slot_clear"
+SLOT_PURGE = "slot_purge"
+# RAM prompt cache
+CACHE_UPDATE_BEGIN = "cache_update_begin"
+CACHE_UPDATE_END = "cache_update_end"
+CACHE_SAVE = "cache_save"
+CACHE_SKIP_DUPLICATE = "cache_skip_duplicate"
+CACHE_SKIP_OVER_LIMIT = "cache_skip_over_limit"
+CACHE_EVICT = "cache_evict"
+CACHE_ALLOC_FAILED = "cache_alloc_failed"
+CACHE_LIMIT_REDUCED = "cache_limit_reduced"
+CACHE_ALLOC = "cache_alloc"
+CACHE_LOAD_BASE = "cache_load_base"
+CACHE_LOAD_SCORE = "cache_load_score"
+CACHE_LOAD_FOUND = "cache_load_found"
+CACHE_LOAD_SCORES = "cache_load_scores"
+CACHE_RESTORE_FAILED = "cache_restore_failed"
+CACHE_LOAD_FAILED = "cache_load_failed"
+CACHE_LOADED = "cache_loaded"
+CACHE_STATE = "cache_state"
+CACHE_STATE_ENTRY = "cache_state_entry"
+# prompt processing
+PROMPT_START = "prompt_start"
+PROMPT_EMPTY = "prompt_empty"
+PROMPT_FULL_MATCH = "prompt_full_match"
+PROMPT_PLAN = "prompt_plan"
+PROMPT_SEQ_RM = "prompt_seq_rm"
+PROMPT_BATCH = "prompt_batch"
+# context checkpoints
+CHECKPOINT_CREATED = "checkpoint_created"
+CHECKPOINT_EVICT = "checkpoint_evict"
+CHECKPOINT_CHECK = "checkpoint_check"
+CHECKPOINT_NONE = "checkpoint_none"
+CHECKPOINT_RESTORED = "checkpoint_restored"
+# cache reuse (--cache-reuse)
+CACHE_REUSE_UNSUPPORTED = "cache_reuse_unsupported"
+CACHE_REUSE_BEGIN = "cache_reuse_begin"
+CACHE_REUSE_SHIFT = "cache_reuse_shift"
+CACHE_REUSE_END = "cache_reuse_end"
+# slot files (--slot-save-path)
+SLOT_SAVED = "slot_saved"
+SLOT_RESTORED = "slot_restored"
+SLOT_APPENDIX_SKIPPED = "slot_appendix_skipped"
+SLOT_DRAFT_DROPPED = "slot_draft_dropped"
+# decode / retry
+DECODE = "decode"
+DECODE_RETRY = "decode_retry"
+DECODE_FAILED = "decode_failed"
+# speculative decoding (-md)
+SPEC_DRAFT = "spec_draft"
+SPEC_VERIFY = "spec_verify"
+# snapshots (what a view redraws from)
+SLOT_SNAPSHOT = "slot_snapshot"
+
+#: the `slot_clear` reasons that count as an eviction on the panel (the slot's KV is gone for good)
+EVICTING_CLEARS = ("idle_clear", "purge")
+#: the checkpoint kinds the panel marks on the checkpoint chain
+CHECKPOINT_MARKS = (CHECKPOINT_CREATED, CHECKPOINT_RESTORED, CHECKPOINT_EVICT, CHECKPOINT_NONE)
+
+
+class EventSchemaError(SlotlabError, ValueError):
+    """An event whose kind is unknown or whose data does not match its kind's payload class."""
+
+
+# ---------------------------------------------------------------------------------------------- base
+
+REGISTRY: dict[str, type["Payload"]] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Payload:
+    """Base of every payload. `KINDS`: the kinds this class describes; `FAMILY`: its family."""
+
+    KINDS: ClassVar[tuple[str, ...]] = ()
+    FAMILY: ClassVar[str] = ""
+
+    func: Optional[str] = None
+    """The server function whose log line the event's `message` is (`alloc`, `load`, `update`,
+    `prompt_save`): set by the RAM cache's events; `Event.log_line()` prints it."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for k in cls.__dict__.get("KINDS", ()):
+            if k in REGISTRY and REGISTRY[k] is not cls:
+                raise TypeError(f"event kind {k!r} is described twice: {REGISTRY[k].__name__} and {cls.__name__}")
+            REGISTRY[k] = cls
+
+
+def _family(name: str):
+    def deco(cls):
+        cls.FAMILY = name
+        return dataclass(frozen=True, kw_only=True)(cls)
+    return deco
+
+
+# ---------------------------------------------------------------------------------------------- init / params
+
+@_family("init")
+class InitEvent(Payload):
+    """How the engine was started (emitted once, before anything else)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheInit(InitEvent):
+    """The RAM prompt cache at start: enabled (limits given) or disabled (`--cache-ram 0`, no fields)."""
+    KINDS = (CACHE_INIT,)
+    limit_size: Optional[int] = None
+    """Byte limit (0 = none, i.e. `--cache-ram -1`); absent when the cache is disabled."""
+    limit_tokens: Optional[int] = None
+    """Token limit (the context's n_ctx); absent when the cache is disabled."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(InitEvent):
+    """A parameter the engine overrides at start (the server's warning text in `message`); no fields."""
+    KINDS = (PARAMS,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Init(InitEvent):
+    """`initializing, n_slots = ...`: the server's shape. The panel's rows come from here."""
+    KINDS = (INIT,)
+    n_slots: int
+    """Number of slots (`-np`)."""
+    n_ctx_slot: int
+    """Context size of one slot, in tokens."""
+    kv_unified: bool
+    """`-kvu`: one KV buffer shared by all slots (idle slots may then be cleared / purged)."""
+    n_swa: int
+    """Sliding-window size of the model (0: no SWA)."""
+    cache_ram: int
+    """`--cache-ram` in MiB (-1: no byte limit, 0: cache disabled)."""
+    flags: list
+    """The llama-server flags equivalent to this engine's parameters (list of str)."""
+    draft: bool
+    """A draft model (`-md`) is loaded: speculative decoding is on."""
+    sps: float
+    """`--slot-prompt-similarity` (0: selection by LCP similarity is off)."""
+
+
+# ---------------------------------------------------------------------------------------------- task lifecycle
+
+@_family("task")
+class TaskEvent(Payload):
+    """A request's life: queued, deferred, launched into a slot, done or failed, slot released."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskQueued(TaskEvent):
+    """A completion was submitted (event `task` = its id, `slot` = -1)."""
+    KINDS = (TASK_QUEUED,)
+    n_tokens: int
+    """Prompt length in tokens."""
+    id_slot: int
+    """The slot the request asked for (-1: any)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskDeferred(TaskEvent):
+    """No slot (or not the requested one) is free: the task waits (reason in `message`); no fields."""
+    KINDS = (TASK_DEFERRED,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskUndeferred(TaskEvent):
+    """A slot was released: one deferred task moves to the front of the queue."""
+    KINDS = (TASK_UNDEFERRED,)
+    id_slot: int
+    """The slot whose release woke the task."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskCancelled(TaskEvent):
+    """The client went away while the task ran in `slot`; no fields."""
+    KINDS = (TASK_CANCELLED,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskLaunched(TaskEvent):
+    """`launch_slot_with_task`: the task occupies `slot`."""
+    KINDS = (TASK_LAUNCHED,)
+    n_tokens: int
+    """Prompt length in tokens."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFailed(TaskEvent):
+    """The task failed (`message` = the error text the client gets)."""
+    KINDS = (TASK_ERROR,)
+    code: int
+    """HTTP status the server answers with."""
+    type: str
+    """Error type (`server_error`, `exceed_context_size_error`, ...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskDone(TaskEvent):
+    """The final response was sent (the request's numbers, as in its `timings`)."""
+    KINDS = (TASK_DONE,)
+    cache_n: int
+    """Prompt tokens reused from the slot / RAM cache / file / checkpoint (`timings.cache_n`)."""
+    prompt_n: int
+    """Prompt tokens processed (`timings.prompt_n`)."""
+    predicted_n: int
+    """Tokens generated."""
+    tokens_cached: int
+    """Tokens the slot holds after the request."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallbackError(TaskEvent):
+    """The request's `on_token` callback (a streaming client) raised; the task goes on (`message`
+    has the error too)."""
+    KINDS = (CALLBACK_ERROR,)
+    error: str
+    """`repr()` of the exception."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotRelease(TaskEvent):
+    """`release`: the slot stops processing (it keeps its tokens and KV)."""
+    KINDS = (SLOT_RELEASE,)
+    n_tokens: int
+    """Tokens the slot holds."""
+
+
+# ---------------------------------------------------------------------------------------------- slot selection
+
+@_family("selection")
+class SelectionEvent(Payload):
+    """`get_available_slot` and what happens to idle slots (saved to the RAM cache, cleared, purged)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSelectedById(SelectionEvent):
+    """The request named its slot (`id_slot`); no fields."""
+    KINDS = (SLOT_SELECTED_BY_ID,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSkip(SelectionEvent):
+    """A slot is not considered for LCP similarity (busy or empty: `message`); no fields."""
+    KINDS = (SLOT_SKIP,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSim(SelectionEvent):
+    """One slot's LCP similarity against the new prompt."""
+    KINDS = (SLOT_SIM,)
+    lcp: int
+    """Common prefix of the slot's tokens and the prompt, in tokens."""
+    f_sim: float
+    """lcp / prompt length (float32 as the server computes it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSelectedByLcp(SelectionEvent):
+    """The most similar slot above `--slot-prompt-similarity` was chosen."""
+    KINDS = (SLOT_SELECTED_BY_LCP,)
+    f_sim: float
+    """Best similarity (lcp / prompt length)."""
+    f_keep: float
+    """Fraction of the slot's tokens the prompt keeps (lcp / slot tokens); < 0.5 triggers a RAM-cache update."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSelectedByLru(SelectionEvent):
+    """The least recently used free slot was chosen."""
+    KINDS = (SLOT_SELECTED_BY_LRU,)
+    t_last: int
+    """The chosen slot's last release time (µs; -1: never used)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotDecision(SelectionEvent):
+    """Summary of the selection (the engine's, not a server log line); `slot` = -1 when none is free."""
+    KINDS = (SLOT_DECISION,)
+    how: Optional[str]
+    """`id`, `lcp`, `lru`, or None (no slot)."""
+    f_sim: float
+    """Best LCP similarity found (0 when none)."""
+    f_keep: Optional[float]
+    """f_keep of the LCP choice (None when not chosen by similarity)."""
+    update_cache: bool
+    """The RAM cache was to be updated (save the slot, look for a better entry)."""
+    load: Optional[bool]
+    """True: a RAM entry was restored; False: the restore failed; None: nothing loaded."""
+    id_requested: int
+    """The slot the request asked for (`id_slot`; -1: any)."""
+    f_keep_best: Optional[float] = None
+    """Winning entry's f_keep (only when `load` is True)."""
+    f_sim_best: Optional[float] = None
+    """Winning entry's f_sim (only when `load` is True)."""
+    f_keep_base: Optional[float] = None
+    """The slot's own f_keep it had to beat (only when `load` is True)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdleSlotSave(SelectionEvent):
+    """`--cache-idle-slots`: an idle slot is about to be saved to the RAM cache; no fields."""
+    KINDS = (IDLE_SLOT_SAVE,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdleSlotSaved(SelectionEvent):
+    """The idle slot was saved (the server's test tag in `message`); no fields."""
+    KINDS = (IDLE_SLOT_SAVED,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotClear(SelectionEvent):
+    """`prompt_clear`: the slot's tokens and KV are dropped."""
+    KINDS = (SLOT_CLEAR,)
+    reason: str
+    """`idle_clear`, `purge`, `load_failed`, `decode_failed`, `restore_failed`, `erase`, `clear`."""
+    n_tokens: int
+    """Tokens the slot held before the clear."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotPurge(SelectionEvent):
+    """No KV space: an idle slot is purged to make room (event `slot` = -1; the slot is `id_slot`)."""
+    KINDS = (SLOT_PURGE,)
+    id_slot: int
+    """The purged slot."""
+    n_tokens: int
+    """Tokens it held."""
+
+
+# ---------------------------------------------------------------------------------------------- RAM prompt cache
+
+@_family("ram_cache")
+class RamCacheEvent(Payload):
+    """`server_prompt_cache`: save / alloc / evict / load / update, with the server's log lines."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheUpdateBegin(RamCacheEvent):
+    """`updating prompt cache`: the chosen slot is saved and a better entry looked for; no fields."""
+    KINDS = (CACHE_UPDATE_BEGIN,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheUpdateEnd(RamCacheEvent):
+    """The update finished (duration in `message`); no fields."""
+    KINDS = (CACHE_UPDATE_END,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheSave(RamCacheEvent):
+    """`prompt_save`: a slot's prompt is offered to the cache."""
+    KINDS = (CACHE_SAVE,)
+    n_tokens: int
+    """Prompt length."""
+    size_tgt: int
+    """Target-context state size in bytes."""
+    size_dft: int
+    """Draft-context state size in bytes (0 without -md)."""
+    id_slot: int
+    """Slot the prompt comes from."""
+    id_task: int
+    """Task that last used the slot (-1: none)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheSkipDuplicate(RamCacheEvent):
+    """The prompt is a prefix of (or equal to) an entry: not cached again."""
+    KINDS = (CACHE_SKIP_DUPLICATE,)
+    entry_id: int
+    """The entry that already holds it."""
+    n_tokens: int
+    """Prompt length."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheSkipOverLimit(RamCacheEvent):
+    """The prompt alone exceeds the byte limit: not cached."""
+    KINDS = (CACHE_SKIP_OVER_LIMIT,)
+    size: int
+    """Its state size (target + draft + checkpoints), bytes."""
+    limit_size: int
+    """The byte limit."""
+    n_tokens: int
+    """Prompt length."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheEvict(RamCacheEvent):
+    """An entry leaves the cache (ends the life `cache_alloc` began)."""
+    KINDS = (CACHE_EVICT,)
+    reason: str
+    """`make_room`, `byte_limit`, `token_limit`, `obsolete_prefix`, `loaded` (restored into a slot),
+    `shrink` (after a failed allocation), `cleared` (the lab's clear button, func `clear`)."""
+    entry_id: int
+    """The entry."""
+    n_tokens: int
+    """Its tokens."""
+    size: int
+    """Its bytes (target + draft + checkpoints)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheAllocFailed(RamCacheEvent):
+    """`std::bad_alloc` while allocating an entry (`cache_limit_reduced` follows)."""
+    KINDS = (CACHE_ALLOC_FAILED,)
+    size_tgt: int
+    """Requested target-state bytes."""
+    size_dft: int
+    """Requested draft-state bytes."""
+    error: str
+    """The allocator's error text."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLimitReduced(RamCacheEvent):
+    """After a failed allocation the byte limit drops to 40 % of what is cached, for good."""
+    KINDS = (CACHE_LIMIT_REDUCED,)
+    limit_size: int
+    """The new byte limit."""
+    limit_size_old: int
+    """The previous one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheAlloc(RamCacheEvent):
+    """A new entry was appended (newest last; FIFO order = allocation order)."""
+    KINDS = (CACHE_ALLOC,)
+    entry_id: int
+    """The entry's id, for its whole life."""
+    n_tokens: int
+    """Its tokens."""
+    size: int
+    """Its bytes (target + draft + checkpoints)."""
+    id_slot: int
+    """Slot it was saved from."""
+    id_task: int
+    """Task that last used that slot (-1: none)."""
+    size_main: int
+    """Target-context state bytes."""
+    size_dft: int
+    """Draft-context state bytes."""
+    size_ckpt: int
+    """Bytes of its context checkpoints."""
+    n_checkpoints: int
+    """Number of its context checkpoints."""
+    head: str
+    """The prompt's first tokens as text (for tables)."""
+    checkpoints: list
+    """Its checkpoints as (pos_min, pos_max, n_tokens, size) tuples."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoadBase(RamCacheEvent):
+    """`load`: the slot's own baseline the entries must beat."""
+    KINDS = (CACHE_LOAD_BASE,)
+    lcp: int
+    """Common prefix of the slot's tokens and the new prompt."""
+    f_keep: float
+    """lcp / slot tokens (-1 for an empty slot)."""
+    f_sim: float
+    """lcp / prompt tokens."""
+    n_tokens: int
+    """The slot's tokens."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoadScore(RamCacheEvent):
+    """One entry's scores against the new prompt (scan order: oldest first)."""
+    KINDS = (CACHE_LOAD_SCORE,)
+    entry_id: int
+    """The entry."""
+    n_tokens: int
+    """Its tokens."""
+    lcp: int
+    """Common prefix with the new prompt."""
+    f_keep: float
+    """lcp / entry tokens (below 0.25 the entry is skipped)."""
+    f_sim: float
+    """lcp / prompt tokens."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoadFound(RamCacheEvent):
+    """An entry beat the slot on both f_keep and f_sim: it will be restored."""
+    KINDS = (CACHE_LOAD_FOUND,)
+    entry_id: int
+    """The winner."""
+    f_keep: float
+    """Its f_keep."""
+    f_sim: float
+    """Its f_sim."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoadScores(RamCacheEvent):
+    """All scores of one look-up as a table (the engine's, for views): after a real `load` or, with
+    `preview` True, computed silently for a slot that needed no load."""
+    KINDS = (CACHE_LOAD_SCORES,)
+    preview: bool
+    """True: scores only (nothing was loaded nor logged by the server)."""
+    lcp_base: int
+    """The slot's common prefix with the prompt."""
+    f_keep_base: float
+    """The slot's f_keep (-1: empty slot)."""
+    f_sim_base: float
+    """The slot's f_sim."""
+    winner_id: Optional[int]
+    """The entry that won (None: none)."""
+    scores: list
+    """One dict per entry, scan order: entry_id, n_tokens, lcp, f_keep, f_sim, below_floor, improved, winner."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheRestoreFailed(RamCacheEvent):
+    """Restoring an entry's state into the slot failed (`cache_load_failed` follows)."""
+    KINDS = (CACHE_RESTORE_FAILED,)
+    entry_id: int
+    """The entry."""
+    which: str
+    """`tgt` (target context: the entry stays cached) or `dft` (draft context)."""
+    size: int
+    """Bytes that were to be restored."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoadFailed(RamCacheEvent):
+    """`failed to load prompt from cache`: the slot is cleared; no fields."""
+    KINDS = (CACHE_LOAD_FAILED,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoaded(RamCacheEvent):
+    """An entry was restored into `slot` (and taken out of the cache: `cache_evict` reason `loaded`)."""
+    KINDS = (CACHE_LOADED,)
+    entry_id: int
+    """The entry."""
+    n_tokens: int
+    """Tokens the slot holds now."""
+    f_keep: float
+    """The entry's f_keep."""
+    f_sim: float
+    """The entry's f_sim."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheState(RamCacheEvent):
+    """`update`: the cache's totals and limits after enforcing them (the panel's gauges)."""
+    KINDS = (CACHE_STATE,)
+    n_entries: int
+    """Entries cached."""
+    size: int
+    """Bytes cached."""
+    n_tokens: int
+    """Tokens cached."""
+    limit_size: int
+    """Byte limit (0: none)."""
+    limit_tokens: int
+    """Token limit given at start (n_ctx)."""
+    limit_tokens_cur: int
+    """Token cap enforced now: max(limit_tokens, limit_size / bytes per token)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheStateEntry(RamCacheEvent):
+    """One line per entry after `cache_state`."""
+    KINDS = (CACHE_STATE_ENTRY,)
+    entry_id: int
+    """The entry."""
+    n_tokens: int
+    """Its tokens."""
+    n_checkpoints: int
+    """Its context checkpoints."""
+    size: int
+    """Its bytes."""
+
+
+# ---------------------------------------------------------------------------------------------- prompt processing
+
+@_family("prompt")
+class PromptEvent(Payload):
+    """`update_slots`' prompt half: reuse, n_past, batches of prompt tokens."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptStart(PromptEvent):
+    """`new prompt, n_ctx_slot = ...`; no fields."""
+    KINDS = (PROMPT_START,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptEmpty(PromptEvent):
+    """Empty prompt: the slot is released at once; no fields."""
+    KINDS = (PROMPT_EMPTY,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptFullMatch(PromptEvent):
+    """The whole prompt is cached: n_past is lowered by one (two events, texts in `message`); no fields."""
+    KINDS = (PROMPT_FULL_MATCH,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptPlan(PromptEvent):
+    """The facts of the request's start (spec 3.2-3.6): how much is reused and from where. The
+    explanations (provenance spans, the "why" line: `slotlab.explain`) are folded from this and the
+    task's `slot_decision`."""
+    KINDS = (PROMPT_PLAN,)
+    n_past: int
+    """Tokens reused (not processed again), after cache reuse, checkpoint rewind and the full-match rule."""
+    n_prompt: int
+    """Prompt length."""
+    lcp: int
+    """Common prefix of what the slot held and the prompt."""
+    ckpt: Optional[str]
+    """`restored` (a checkpoint was restored), `forced` (none usable: full re-processing), or None."""
+    origin: str
+    """Where the slot's tokens came from: `slot`, `cache #<id>`, `file <name>`."""
+    shifts: list
+    """Cache-reuse shifts as (src_start, src_end, dst_start, dst_end)."""
+    divergence: int
+    """First position where the prompt differs from what the slot held (-1: none)."""
+    div_text: str
+    """The prompt's token at that position, as text ("" when none)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptSeqRm(PromptEvent):
+    """`memory_seq_rm [p0, end)` before adding prompt tokens; no fields (numbers in `message`)."""
+    KINDS = (PROMPT_SEQ_RM,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptBatch(PromptEvent):
+    """Prompt tokens of `slot` added to this step's batch."""
+    KINDS = (PROMPT_BATCH,)
+    n_added: int
+    """Tokens added by this slot to the batch."""
+    n_tokens: int
+    """Tokens the slot holds now (reused + added so far)."""
+    n_prompt: int
+    """Prompt length."""
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+@_family("checkpoint")
+class CheckpointEvent(Payload):
+    """Context checkpoints (SWA / recurrent memory): created, evicted, checked, restored, none usable."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointCreated(CheckpointEvent):
+    """A checkpoint of the slot's memory was taken."""
+    KINDS = (CHECKPOINT_CREATED,)
+    n_tokens: int
+    """Tokens the slot held at the checkpoint."""
+    pos_min: int
+    """Lowest position the memory holds."""
+    pos_max: int
+    """Highest position it holds."""
+    size: int
+    """Its bytes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointEvict(CheckpointEvent):
+    """A checkpoint is dropped."""
+    KINDS = (CHECKPOINT_EVICT,)
+    reason: str
+    """`too_close`, `fifo`, `supersede`, `invalidated` (beyond the new n_past)."""
+    n_tokens: int
+    """Its n_tokens."""
+    pos_min: int
+    """Its pos_min."""
+    pos_max: int
+    """Its pos_max."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointCheck(CheckpointEvent):
+    """A checkpoint is tested for restore (range in `message`); no fields."""
+    KINDS = (CHECKPOINT_CHECK,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointNone(CheckpointEvent):
+    """No usable checkpoint: full prompt re-processing forced; no fields."""
+    KINDS = (CHECKPOINT_NONE,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRestored(CheckpointEvent):
+    """A checkpoint was restored into the slot's memory."""
+    KINDS = (CHECKPOINT_RESTORED,)
+    n_tokens: int
+    """The checkpoint's n_tokens."""
+    n_past: int
+    """Tokens reused after the restore."""
+    pos_min: int
+    """The checkpoint's pos_min."""
+    pos_max: int
+    """The checkpoint's pos_max."""
+    size: int
+    """Its bytes (target + draft)."""
+
+
+# ---------------------------------------------------------------------------------------------- cache reuse
+
+@_family("cache_reuse")
+class CacheReuseEvent(Payload):
+    """`--cache-reuse N`: chunks of the slot's KV shifted to where the new prompt has them."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheReuseUnsupported(CacheReuseEvent):
+    """The memory cannot shift: n_cache_reuse ignored; no fields."""
+    KINDS = (CACHE_REUSE_UNSUPPORTED,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheReuseBegin(CacheReuseEvent):
+    """The chunk search starts after the common prefix; no fields."""
+    KINDS = (CACHE_REUSE_BEGIN,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheReuseShift(CacheReuseEvent):
+    """A chunk was shifted."""
+    KINDS = (CACHE_REUSE_SHIFT,)
+    src: list
+    """[start, end) in the slot's cache before the shift."""
+    dst: list
+    """[start, end) in the new prompt."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheReuseEnd(CacheReuseEvent):
+    """The search ended (new n_past in `message`); no fields."""
+    KINDS = (CACHE_REUSE_END,)
+
+
+# ---------------------------------------------------------------------------------------------- slot files
+
+@_family("slot_file")
+class SlotFileEvent(Payload):
+    """`POST /slots?action=save|restore` with `--slot-save-path`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSaved(SlotFileEvent):
+    """The slot was written to a file."""
+    KINDS = (SLOT_SAVED,)
+    filename: str
+    """File name in the slot directory."""
+    n_tokens: int
+    """Tokens saved."""
+    n_bytes: int
+    """Bytes written (state + tokens)."""
+    n_bytes_appendix: int
+    """Bytes of slotlab's appendices (checkpoints, draft state; 0 without them)."""
+    n_checkpoints: int
+    """Checkpoints written in the appendix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotRestored(SlotFileEvent):
+    """The slot was read from a file."""
+    KINDS = (SLOT_RESTORED,)
+    filename: str
+    """File name in the slot directory."""
+    n_tokens: int
+    """Tokens restored."""
+    n_bytes: int
+    """Bytes read (state + tokens)."""
+    n_bytes_appendix: int
+    """Bytes of appendices read."""
+    n_checkpoints: int
+    """Checkpoints the slot holds after the restore."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotAppendixSkipped(SlotFileEvent):
+    """An appendix of the file could not be used (why in `message`); no fields."""
+    KINDS = (SLOT_APPENDIX_SKIPPED,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotDraftDropped(SlotFileEvent):
+    """The file's draft data does not fit the draft context: dropped (`message`); no fields."""
+    KINDS = (SLOT_DRAFT_DROPPED,)
+
+
+# ---------------------------------------------------------------------------------------------- decode / retry
+
+@_family("decode")
+class DecodeEvent(Payload):
+    """`llama_decode` of one chunk of the step's batch: success, retry with a smaller batch, failure."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decode(DecodeEvent):
+    """A chunk was decoded."""
+    KINDS = (DECODE,)
+    off: int
+    """Offset of the chunk in the batch."""
+    n_tokens: int
+    """Tokens in the chunk."""
+    n_prompt: int
+    """Of which prompt tokens."""
+    ms: float
+    """Wall time of the decode, milliseconds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeRetry(DecodeEvent):
+    """No KV space: an idle slot was purged or the batch halved; the chunk is retried."""
+    KINDS = (DECODE_RETRY,)
+    ret: int
+    """`llama_decode`'s return code."""
+    off: int
+    """Offset of the chunk."""
+    n_batch: int
+    """Batch size for the retry."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeFailed(DecodeEvent):
+    """A fatal decode error: every processing slot gets it and is released."""
+    KINDS = (DECODE_FAILED,)
+    ret: int
+    """`llama_decode`'s return code (of the draft context when the speculative batch failed)."""
+    off: int
+    """Offset of the chunk."""
+    n_batch: int
+    """Batch size."""
+
+
+# ---------------------------------------------------------------------------------------------- speculative
+
+@_family("speculative")
+class SpecEvent(Payload):
+    """Speculative decoding with a draft model (`-md`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecDraft(SpecEvent):
+    """The draft model proposed tokens for `slot`."""
+    KINDS = (SPEC_DRAFT,)
+    n_draft: int
+    """Tokens drafted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecVerify(SpecEvent):
+    """The target verified the draft."""
+    KINDS = (SPEC_VERIFY,)
+    n_draft: int
+    """Tokens drafted."""
+    n_accepted: int
+    """Of which accepted."""
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+
+@_family("snapshot")
+class SnapshotEvent(Payload):
+    """What a view needs to redraw a slot without reading engine state."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotSnapshot(SnapshotEvent):
+    """The picture of `slot` after a step in which it changed (event `task` = its current or last task)."""
+    KINDS = (SLOT_SNAPSHOT,)
+    state: str
+    """Slot state (`idle`, `started`, `processing_prompt`, `done_prompt`, `generating`)."""
+    n_tokens: int
+    """Tokens the slot holds."""
+    n_prompt: int
+    """Prompt length of its current or last request (0 when it never had one)."""
+    n_past: int
+    """Prompt tokens reused (cache_n)."""
+    prompt_n: int
+    """Prompt tokens processed so far."""
+    n_gen: int
+    """Tokens generated so far."""
+    origin: str
+    """Where the slot's tokens came from: `slot`, `cache #<id>`, `file <name>`."""
+    shifts: list
+    """Cache-reuse shifts of this request as (src_start, src_end, dst_start, dst_end)."""
+    checkpoints: list
+    """The slot's checkpoints as (pos_min, pos_max, n_tokens, size, id_task)."""
+
+
+# ---------------------------------------------------------------------------------------------- registry and validation
+
+def _all_kinds_in_module() -> dict[str, str]:
+    return {v: k for k, v in globals().items() if k.isupper() and isinstance(v, str) and not k.startswith("_")}
+
+
+KINDS: frozenset[str] = frozenset(REGISTRY)
+FAMILIES: dict[str, tuple[str, ...]] = {}
+for _k, _cls in REGISTRY.items():
+    FAMILIES.setdefault(_cls.FAMILY, ())
+    FAMILIES[_cls.FAMILY] += (_k,)
+
+_ALLOWED: dict[str, frozenset[str]] = {}
+_REQUIRED: dict[str, frozenset[str]] = {}
+for _k, _cls in REGISTRY.items():
+    _fs = dataclasses.fields(_cls)
+    _ALLOWED[_k] = frozenset(f.name for f in _fs)
+    _REQUIRED[_k] = frozenset(f.name for f in _fs if f.default is dataclasses.MISSING
+                              and f.default_factory is dataclasses.MISSING)
+del _k, _cls, _fs
+
+
+def fields_of(kind: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(required, allowed) field names of `kind` (KeyError for an unknown kind)."""
+    return _REQUIRED[kind], _ALLOWED[kind]
+
+
+def validate(kind: str, data: dict) -> list[str]:
+    """The problems of `data` as the payload of `kind`: unknown kind, missing fields, unexpected
+    fields (keys starting with `_` are private and not checked). Empty list: it matches."""
+    allowed = _ALLOWED.get(kind)
+    if allowed is None:
+        return [f"unknown event kind {kind!r} (not in slotlab.engine.event_types)"]
+    keys = data.keys()
+    required = _REQUIRED[kind]
+    if required <= keys and keys <= allowed:
+        return []
+    keys = {k for k in keys if not k.startswith("_")}
+    out = []
+    missing = required - keys
+    if missing:
+        out.append(f"{kind}: missing field(s) {', '.join(sorted(missing))}")
+    extra = keys - allowed
+    if extra:
+        out.append(f"{kind}: unexpected field(s) {', '.join(sorted(extra))}")
+    return out
+
+
+def check(kind: str, data: dict) -> None:
+    """`validate`, raising `EventSchemaError` (naming the payload class) when anything is wrong."""
+    problems = validate(kind, data)
+    if problems:
+        cls = REGISTRY.get(kind)
+        where = f" (schema: {__name__}.{cls.__name__})" if cls is not None else ""
+        raise EventSchemaError("; ".join(problems) + where)
+
+
+def payload(event) -> Payload:
+    """The typed payload of `event` (anything with `.kind` and `.data`): an instance of
+    `REGISTRY[event.kind]`. Raises `EventSchemaError` for an unknown kind or a mismatching payload."""
+    cls = REGISTRY.get(event.kind)
+    if cls is None:
+        raise EventSchemaError(validate(event.kind, {})[0])
+    try:
+        return cls(**event.data)
+    except TypeError:
+        data = {k: v for k, v in event.data.items() if not k.startswith("_")}
+        check(event.kind, data)
+        return cls(**data)
+
+
+# ---------------------------------------------------------------------------------------------- retention
+
+@dataclass(frozen=True)
+class Retain:
+    """A retention rule: of the events trimmed from a bounded log, keep the last `keep` of `kinds`
+    per `key(event)` (and only those for which `when(event)` holds). An event of a kind in `until`
+    ends the retention of the key it names (a `cache_evict` ends its entry's `cache_alloc`).
+    `max_keys` bounds the number of keys (oldest key dropped first)."""
+
+    name: str
+    kinds: tuple[str, ...]
+    keep: int = 1
+    key: Callable[[Any], Hashable] = lambda e: None
+    when: Optional[Callable[[Any], bool]] = None
+    until: tuple[str, ...] = ()
+    max_keys: int = 10_000
+
+
+def _entry_id(e) -> Hashable:
+    return e.data.get("entry_id")
+
+
+def _slot(e) -> Hashable:
+    return e.slot
+
+
+def _task(e) -> Hashable:
+    return e.task
+
+
+#: Ring sizes the panel keeps (PanelState uses these): the bus retains at least as many trimmed
+#: events of each, so a state rebuilt from a trimmed bus equals the one folded live from event 0.
+HISTORY_PER_SLOT = 20
+WHY_KEEP = 200
+CHECKPOINT_MARKS_KEEP = 200
+EVICTIONS_KEEP = 5000
+#: slot decisions remembered per task (slotlab.explain.Explainer keeps as many)
+DECISIONS_KEEP = 4096
+
+#: What defines the current picture. An `EventBus` applies these rules to the events it trims from its
+#: log; `EventBus.replay()` returns what they kept plus the log, in seq order.
+RETAIN: tuple[Retain, ...] = (
+    Retain("init", (INIT,)),
+    Retain("cache_init", (CACHE_INIT,)),
+    Retain("params", (PARAMS,), keep=8),
+    Retain("slot_snapshot", (SLOT_SNAPSHOT,), key=_slot),
+    Retain("cache_state", (CACHE_STATE,)),
+    Retain("cache_load_scores", (CACHE_LOAD_SCORES,)),
+    Retain("cache_entries", (CACHE_ALLOC,), key=_entry_id, until=(CACHE_EVICT,)),
+    Retain("task_done", (TASK_DONE,), keep=HISTORY_PER_SLOT, key=_slot),
+    # explanations are folded from init (sps), slot_decision and prompt_plan: the plans of each slot's
+    # recent requests, the last WHY_KEEP plans, and the decisions of recent tasks
+    Retain("prompt_plan_slot", (PROMPT_PLAN,), keep=HISTORY_PER_SLOT, key=_slot),
+    Retain("prompt_plan_why", (PROMPT_PLAN,), keep=WHY_KEEP),
+    Retain("slot_decision", (SLOT_DECISION,), key=_task, max_keys=DECISIONS_KEEP),
+    Retain("checkpoint_marks", CHECKPOINT_MARKS, keep=CHECKPOINT_MARKS_KEEP),
+    Retain("evictions", (CACHE_EVICT, SLOT_CLEAR), keep=EVICTIONS_KEEP,
+           when=lambda e: e.kind == CACHE_EVICT or (e.data.get("reason") in EVICTING_CLEARS
+                                                      and e.data.get("n_tokens", 0) > 0)),
+)
+
+
+def _check_module() -> None:
+    missing = [name for kind, name in _all_kinds_in_module().items() if kind not in REGISTRY]
+    if missing:  # pragma: no cover - a developer adding a constant without its class
+        raise TypeError(f"event kind constant(s) without a payload class: {', '.join(missing)}")
+
+
+_check_module()

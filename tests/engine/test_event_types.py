@@ -1,0 +1,268 @@
+"""The event schema (slotlab.engine.event_types) and the EventBus around it: strict checking at emit,
+subscriber errors reported (not swallowed), and retention of what a trimmed log defined."""
+
+import ast
+import dataclasses
+import inspect
+import logging
+
+import pytest
+
+from slotlab.engine import event_types as T
+from slotlab.engine.events import Event, EventBus
+from slotlab.engine.scheduler import Engine
+
+INIT = dict(n_slots=2, n_ctx_slot=1024, kv_unified=True, n_swa=0, cache_ram=64, flags=["-np", "2"], draft=False, sps=0.1)
+
+
+def _alloc(i, n=100):
+    return dict(func="alloc", entry_id=i, n_tokens=n, size=n * 1000, id_slot=i % 2, id_task=i, size_main=n * 1000,
+                size_dft=0, size_ckpt=0, n_checkpoints=0, head=f"prompt {i}", checkpoints=[])
+
+
+# ------------------------------------------------------------------------------------------- the schema itself
+
+def test_every_kind_constant_has_one_class_and_every_class_its_family():
+    consts = {v for k, v in vars(T).items() if k.isupper() and isinstance(v, str)}
+    assert consts == set(T.REGISTRY) == set(T.KINDS)
+    assert len(consts) >= 60
+    for kind, cls in T.REGISTRY.items():
+        assert cls.FAMILY and kind in T.FAMILIES[cls.FAMILY]
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+        assert cls.__doc__ and cls.__doc__.strip()
+
+
+def test_every_field_is_documented():
+    """Each field of each payload class is followed by its docstring in the source."""
+    tree = ast.parse(inspect.getsource(T))
+    undocumented = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name not in {c.__name__ for c in T.REGISTRY.values()} | {"Payload"}:
+            continue
+        body = node.body
+        for i, st in enumerate(body):
+            if not isinstance(st, ast.AnnAssign) or "ClassVar" in ast.unparse(st.annotation):
+                continue
+            nxt = body[i + 1] if i + 1 < len(body) else None
+            if not (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+                undocumented.append(f"{node.name}.{ast.unparse(st.target)}")
+    assert undocumented == []
+
+
+def test_validate_reports_unknown_kinds_missing_and_extra_fields():
+    assert T.validate(T.INIT, INIT) == []
+    assert T.validate("no_such_kind", {}) == ["unknown event kind 'no_such_kind' (not in slotlab.engine.event_types)"]
+    probs = T.validate(T.CACHE_EVICT, {"entry_id": 1, "reason": "make_room", "size": 3, "bogus": 1})
+    assert probs == ["cache_evict: missing field(s) n_tokens", "cache_evict: unexpected field(s) bogus"]
+    # optional fields, `func` and private `_` keys are fine
+    assert T.validate(T.CACHE_INIT, {}) == [] == T.validate(T.CACHE_INIT, {"limit_size": 1, "limit_tokens": 2})
+    assert T.validate(T.CACHE_EVICT, {"entry_id": 1, "reason": "x", "size": 3, "n_tokens": 4, "func": "alloc",
+                                      "_private": object()}) == []
+    assert T.fields_of(T.CHECKPOINT_EVICT) == (frozenset({"reason", "n_tokens", "pos_min", "pos_max"}),
+                                               frozenset({"reason", "n_tokens", "pos_min", "pos_max", "func"}))
+    with pytest.raises(T.EventSchemaError, match=r"missing field\(s\) n_tokens .*CacheEvict"):
+        T.check(T.CACHE_EVICT, {"entry_id": 1, "reason": "x", "size": 3})
+
+
+def test_payload_is_the_typed_view():
+    ev = Event(7, 0.1, T.CACHE_ALLOC, "TRC", "", -1, 3, _alloc(5))
+    p = ev.payload()
+    assert isinstance(p, T.CacheAlloc) and isinstance(p, T.RamCacheEvent) and p.FAMILY == "ram_cache"
+    assert (p.entry_id, p.n_tokens, p.func, p.head) == (5, 100, "alloc", "prompt 5")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.n_tokens = 1
+    assert T.payload(Event(0, 0, T.DECODE_FAILED, "ERR", "x", -1, -1, {"ret": -3, "off": 0, "n_batch": 8})).ret == -3
+    assert T.payload(Event(0, 0, T.SLOT_SKIP, "TRC", "", 0, 1, {"_note": 1})) == T.SlotSkip()
+    with pytest.raises(T.EventSchemaError, match="unknown event kind"):
+        T.payload(Event(0, 0, "nope", "TRC", "", -1, -1, {}))
+    with pytest.raises(T.EventSchemaError, match="missing"):
+        T.payload(Event(0, 0, T.DECODE, "TRC", "", -1, -1, {"off": 0}))
+
+
+# ------------------------------------------------------------------------------------------- strict mode
+
+def test_strict_bus_raises_at_emit_and_logs_nothing():
+    bus = EventBus(strict=True)
+    with pytest.raises(T.EventSchemaError, match=r"decode: missing field\(s\) ms, n_prompt, n_tokens"):
+        bus.emit(T.DECODE, off=0)
+    with pytest.raises(T.EventSchemaError, match="unknown event kind"):
+        bus.emit("decodee", off=0)
+    assert bus.log == [] and bus.n_events == 0
+    bus.emit(T.DECODE, off=0, n_tokens=1, n_prompt=0, ms=0.5)
+    assert bus.log[0].seq == 0
+
+
+def test_strict_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SLOTLAB_STRICT_EVENTS", "1")
+    assert EventBus().strict
+    monkeypatch.setenv("SLOTLAB_STRICT_EVENTS", "0")
+    assert not EventBus().strict
+    monkeypatch.delenv("SLOTLAB_STRICT_EVENTS")
+    assert not EventBus().strict and EventBus(strict=True).strict
+
+
+def test_lenient_bus_emits_and_logs_each_bad_kind_once(caplog):
+    bus = EventBus(strict=False)
+    with caplog.at_level(logging.WARNING, logger="slotlab.events"):
+        for _ in range(3):
+            bus.emit(T.DECODE, off=0)
+        bus.emit("made_up", x=1)
+    assert len(bus.log) == 4
+    assert bus.schema_problems == {"decode": "decode: missing field(s) ms, n_prompt, n_tokens",
+                                   "made_up": "unknown event kind 'made_up' (not in slotlab.engine.event_types)"}
+    assert len([r for r in caplog.records if r.name == "slotlab.events"]) == 2
+
+
+def test_every_event_of_a_real_engine_matches_the_schema(model, tmp_path, monkeypatch):
+    """Strict buses over scenarios that reach most emit sites: RAM cache (save, load, evictions,
+    clear), idle-slot saving, checkpoints (SWA), cache reuse, slot files, deferral, speculative decoding."""
+    monkeypatch.setenv("SLOTLAB_STRICT_EVENTS", "1")
+    doc = " ".join(f"Line {i} of the harbour log." for i in range(120))
+    seen: set[str] = set()
+    engines = []
+
+    def run(flags, fn):
+        e = Engine(flags, model=model)
+        assert e.events.strict
+        engines.append(e)
+        fn(e)
+        e.run_until_idle()
+        for ev in e.events.log:
+            assert isinstance(ev.payload(), T.REGISTRY[ev.kind])
+        seen.update(ev.kind for ev in e.events.log)
+        e.close()
+
+    def ram(e):
+        for q in ("Tell me about rivers", "A question about cats and dogs", "Tell me about rivers and deltas",
+                  "Completely different: the moon", "A question about cats"):
+            e.submit(q, n_predict=3)
+            e.run_until_idle()
+        e.submit("queued while busy", n_predict=2, id_slot=0)
+        e.submit("also slot zero", n_predict=2, id_slot=0)  # deferred until slot 0 is free
+        e.run_until_idle()
+        for args in (("save", 0, "a.bin"), ("restore", 1, "a.bin"), ("erase", 1)):
+            t = e.slot_action(*args)
+            e.run_until_idle()
+            assert t.done and t.error is None, (args, t.error)
+        e.clear_cache()
+
+    run(["-np", "2", "-kvu", "-c", "2048", "--cache-ram", "64", "-sps", "0", "--swa-full",
+         "--slot-save-path", str(tmp_path)], ram)
+
+    def ckpt(e):
+        e.submit(doc, n_predict=2)
+        e.run_until_idle()
+        e.submit(doc.replace("Line 100", "Row 100"), n_predict=2)
+
+    run(["-np", "1", "-c", "2048", "--cache-ram", "0"], ckpt)
+
+    def reuse(e):
+        a = " ".join(f"Fact {i}: the tide rises." for i in range(12))
+        b = " ".join(f"Fact {i}: the wind blows." for i in range(12))
+        e.submit(a + " " + b, n_predict=2)
+        e.run_until_idle()
+        e.submit(b, n_predict=2, n_cache_reuse=4)
+
+    run(["-np", "1", "-c", "2048", "--swa-full", "--cache-reuse", "4", "--cache-ram", "0"], reuse)
+
+    def spec(e):
+        e.submit("The history of the lighthouse begins with fires on hilltops.", n_predict=8)
+
+    run(["-np", "1", "-c", "2048", "-md", str(model.path), "--spec-draft-n-max", "4", "--spec-type", "draft-simple",
+         "--swa-full"], spec)
+
+    must = {T.INIT, T.CACHE_INIT, T.TASK_QUEUED, T.TASK_LAUNCHED, T.TASK_DONE, T.SLOT_RELEASE, T.SLOT_SNAPSHOT,
+            T.SLOT_DECISION, T.SLOT_SELECTED_BY_LRU, T.CACHE_SAVE, T.CACHE_ALLOC, T.CACHE_EVICT, T.CACHE_STATE,
+            T.CACHE_STATE_ENTRY, T.CACHE_LOAD_BASE, T.CACHE_LOAD_SCORES, T.PROMPT_BATCH, T.PROMPT_PLAN, T.DECODE,
+            T.CHECKPOINT_CREATED, T.SLOT_SAVED, T.SLOT_RESTORED, T.SLOT_CLEAR, T.SPEC_DRAFT,
+            T.SPEC_VERIFY, T.TASK_DEFERRED, T.TASK_UNDEFERRED, T.SLOT_SELECTED_BY_ID}
+    assert must <= seen, sorted(must - seen)
+
+
+# ------------------------------------------------------------------------------------------- subscriber errors
+
+def test_a_raising_subscriber_is_logged_counted_and_the_others_still_get_events(caplog):
+    bus = EventBus(strict=True)
+    got = []
+
+    def broken(ev):
+        raise RuntimeError(f"view bug on {ev.kind}")
+
+    bus.subscribe(broken)
+    bus.subscribe(got.append)
+    with caplog.at_level(logging.ERROR, logger="slotlab.events"):
+        ev = bus.emit(T.TASK_QUEUED, task=0, n_tokens=5, id_slot=-1)
+        bus.emit(T.TASK_QUEUED, task=1, n_tokens=5, id_slot=-1)
+    assert got == bus.log and ev.seq == 0
+    assert bus.n_errors == 2 and len(bus.errors) == 2
+    err = bus.errors[0]
+    assert (err.seq, err.kind, err.error) == (0, "task_queued", "RuntimeError: view bug on task_queued")
+    assert "broken" in err.subscriber and "raise RuntimeError" in err.traceback
+    assert bus.last_error == "event subscriber " + err.subscriber + " raised on event #1 (task_queued): RuntimeError: view bug on task_queued"
+    recs = [r for r in caplog.records if r.name == "slotlab.events"]
+    assert len(recs) == 2 and recs[0].exc_info and "the engine goes on" in recs[0].getMessage()
+
+
+def test_subscriber_errors_are_throttled_in_the_log_but_all_counted(caplog):
+    bus = EventBus(strict=True)
+    bus.subscribe(lambda ev: 1 / 0)
+    with caplog.at_level(logging.ERROR, logger="slotlab.events"):
+        for _ in range(1000):
+            bus.emit(T.PARAMS, "x")
+    assert bus.n_errors == 1000 and len(bus.errors) == 50
+    assert len([r for r in caplog.records if r.name == "slotlab.events"]) == 21  # 20 first + the 1000th
+
+
+# ------------------------------------------------------------------------------------------- retention
+
+def test_trimming_is_chunked_and_the_log_stays_contiguous():
+    bus = EventBus(max_log=1000, strict=True)
+    assert bus.trim_chunk == 20
+    for i in range(5000):
+        bus.emit(T.DECODE, off=i, n_tokens=1, n_prompt=0, ms=0.1)
+    assert 980 <= len(bus.log) <= 1000
+    assert [e.seq for e in bus.log] == list(range(bus.first_seq, 5000))
+    assert bus.n_trimmed == bus.first_seq == 5000 - len(bus.log)
+    assert bus.dropped == {"decode": bus.n_trimmed} and bus.retained == []
+
+
+def test_trimmed_state_defining_events_are_retained():
+    bus = EventBus(max_log=10, strict=True, trim_chunk=1)
+    bus.emit(T.CACHE_INIT, limit_size=1 << 26, limit_tokens=4096)
+    init = bus.emit(T.INIT, level="INF", **INIT)
+    snaps = {}
+    for i in range(3):
+        bus.emit(T.CACHE_ALLOC, **_alloc(i))
+    bus.emit(T.CACHE_EVICT, func="alloc", entry_id=0, reason="make_room", n_tokens=100, size=100_000)
+    for s in (0, 1, 0):
+        snaps[s] = bus.emit(T.SLOT_SNAPSHOT, slot=s, task=s, state="idle", n_tokens=s + 10, n_prompt=0, n_past=0,
+                            prompt_n=0, n_gen=0, origin="slot", shifts=[], checkpoints=[])
+    for i in range(40):
+        bus.emit(T.DECODE, off=i, n_tokens=1, n_prompt=0, ms=0.1)
+    r = bus.replay()
+    kinds = [e.kind for e in r.events[: len(r.events) - len(bus.log)]]
+    assert kinds == ["cache_init", "init", "cache_alloc", "cache_alloc", "cache_evict", "slot_snapshot", "slot_snapshot"]
+    assert r.events[1] is init and snaps[0] in r.events and snaps[1] in r.events
+    assert [e.data["entry_id"] for e in r.events if e.kind == "cache_alloc"] == [1, 2]  # entry 0 was evicted
+    # the first snapshot of slot 0 is superseded, entry 0's alloc ended by its evict, 30 decodes trimmed
+    assert r.dropped == {"slot_snapshot": 1, "cache_alloc": 1, "decode": 30}
+    assert r.first_seq == bus.first_seq == bus.log[0].seq and r.n_trimmed == bus.n_trimmed
+    assert [e.seq for e in r.events] == sorted({e.seq for e in r.events})
+    # replay up to an event: the retained part and the log prefix
+    upto = bus.log[3].seq
+    assert bus.replayable(upto)[-1].seq == upto and len(bus.replayable(upto)) == 7 + 4
+
+
+def test_retention_is_bounded():
+    bus = EventBus(max_log=100, strict=True)
+    for i in range(20_000):
+        bus.emit(T.SLOT_DECISION, slot=i % 4, task=i, how="lru", f_sim=0.0, f_keep=None, update_cache=False, load=None,
+                 id_requested=-1)
+        bus.emit(T.PROMPT_PLAN, slot=i % 4, task=i, n_past=0, n_prompt=5, lcp=0, ckpt=None, origin="slot", shifts=[],
+                 divergence=0, div_text="x")
+        bus.emit(T.TASK_DONE, slot=i % 4, task=i, cache_n=0, prompt_n=5, predicted_n=1, tokens_cached=6)
+    held = bus.retained
+    assert sum(e.kind == "prompt_plan" for e in held) == T.WHY_KEEP  # the per-slot rings are within the last 200
+    assert sum(e.kind == "task_done" for e in held) == 4 * T.HISTORY_PER_SLOT
+    assert sum(e.kind == "slot_decision" for e in held) == T.DECISIONS_KEEP
+    assert sum(bus.dropped.values()) + len(held) + len(bus.log) == bus.n_events
