@@ -45,5 +45,5 @@ def why(engine: Engine, last: int = 10) -> str:
     """The last `last` requests' why lines, folded from the engine's events (slotlab.explain)."""
     from slotlab.explain import Explainer
 
-    lines = list(Explainer().fold(engine.events.log).lines)[-last:]
+    lines = list(Explainer().fold(engine.events.replayable()).lines)[-last:]
     return "\n".join(f"task {t}: {text}" for t, _, text in lines)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
+
+from slotlab.engine import event_types as T
 from slotlab.engine.emit import Emitter
 from slotlab.engine.prompt_cache import LoadResult, PromptCache
 from slotlab.memory import Memory, require_seq_rm
@@ -47,12 +50,15 @@ class CacheGlue:
     def _forward(self, kind: str, sid: int, tid: int, fields: dict) -> None:
         entry = fields.pop("entry", None)
         result = fields.pop("result", None)
-        if kind == "cache_alloc" and entry is not None:
+        if kind == T.CACHE_ALLOC and entry is not None:
             fields.update(self.entry_json(entry))
         if result is not None:
             fields.update(scores_json(result), preview=False)
         level = fields.pop("level", "TRC")
         message = fields.pop("message", "")
+        for k, v in fields.items():  # events carry plain numbers (the cache computes in float32)
+            if isinstance(v, np.floating):
+                fields[k] = float(v)
         self.emit(kind, message, level=level, slot=sid, task=tid, **fields)
 
     def entry_json(self, e) -> dict:
@@ -92,12 +98,12 @@ class CacheGlue:
             set_dft = (lambda buf: mem.state_set(buf, slot.id, draft=True)) if mem.info.has_draft else None
             ok = self.cache.restore(entry, lambda buf: mem.state_set(buf, slot.id), set_dft)
         if not ok:
-            self.emit("cache_load_failed", "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
+            self.emit(T.CACHE_LOAD_FAILED, "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
             return False, res
         slot.tokens.assign(entry.tokens)
         slot.checkpoints = list(entry.checkpoints)
         slot.origin = f"cache #{entry.id}"
-        self.emit("cache_loaded", "", slot=slot, task=task.id, entry_id=entry.id, n_tokens=len(slot.tokens),
+        self.emit(T.CACHE_LOADED, "", slot=slot, task=task.id, entry_id=entry.id, n_tokens=len(slot.tokens),
                   f_keep=float(res.f_keep_best), f_sim=float(res.f_sim_best))
         return True, res
 
@@ -109,11 +115,11 @@ class CacheGlue:
     def preview(self, slot, task) -> None:
         """The scores `load` would give, without loading (a view's preview; the server logs nothing)."""
         res = self.cache.load(slot.tokens.view(), task.tokens, emit=False)
-        self.emit("cache_load_scores", "", slot=slot, task=task.id, preview=True, **scores_json(res))
+        self.emit(T.CACHE_LOAD_SCORES, "", slot=slot, task=task.id, preview=True, **scores_json(res))
 
     def prompt_clear(self, slot, reason: str = "clear") -> None:
         """`server_slot::prompt_clear`: the slot's KV, tokens and checkpoints are dropped."""
-        self.emit("slot_clear", f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
+        self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
                   n_tokens=len(slot.tokens))
         require_seq_rm(self.memory, slot.id, -1, -1)
         slot.tokens.clear()

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from slotlab.engine import event_types as T
 from slotlab.engine.cache_glue import CacheGlue
 from slotlab.engine.cache_reuse import apply_cache_reuse
 from slotlab.engine.checkpoints import CheckpointPolicy
@@ -85,15 +86,15 @@ class ServerCore:
         p, info, emit = self.params, self.memory.info, self.emit
         if self.cache is not None:
             lim = "no limit" if p.cache_ram < 0 else f"{p.cache_ram} MiB"
-            emit("cache_init", f"prompt cache is enabled, size limit: {lim}", limit_size=self.cache.limit_size,
+            emit(T.CACHE_INIT, f"prompt cache is enabled, size limit: {lim}", limit_size=self.cache.limit_size,
                  limit_tokens=self.cache.limit_tokens)
         else:
-            emit("cache_init", "prompt cache is disabled - use `--cache-ram N` to enable it")
+            emit(T.CACHE_INIT, "prompt cache is disabled - use `--cache-ram N` to enable it")
         if p.cache_idle_slots and p.cache_ram == 0:
-            emit("params", "--cache-idle-slots requires --cache-ram, disabling", level="WRN")
+            emit(T.PARAMS, "--cache-idle-slots requires --cache-ram, disabling", level="WRN")
         if p.cache_reuse > 0 and not info.can_shift:
-            emit("params", "cache_reuse is not supported by this context, it will be disabled", level="WRN")
-        emit("init", f"initializing, n_slots = {len(self.slots)}, n_ctx_slot = {self.n_ctx_slot}, "
+            emit(T.PARAMS, "cache_reuse is not supported by this context, it will be disabled", level="WRN")
+        emit(T.INIT, f"initializing, n_slots = {len(self.slots)}, n_ctx_slot = {self.n_ctx_slot}, "
              f"kv_unified = '{'true' if info.kv_unified else 'false'}'", level="INF",
              n_slots=len(self.slots), n_ctx_slot=self.n_ctx_slot, kv_unified=info.kv_unified,
              n_swa=self.n_swa, cache_ram=p.cache_ram, flags=p.to_args(), draft=info.has_draft,
@@ -133,7 +134,7 @@ class ServerCore:
     def post(self, task: Task) -> None:
         self.tq.post(task)
         if task.type is TaskType.COMPLETION:
-            self.emit("task_queued", "", task=task.id, n_tokens=task.n_tokens, id_slot=task.params.id_slot)
+            self.emit(T.TASK_QUEUED, "", task=task.id, n_tokens=task.n_tokens, id_slot=task.params.id_slot)
 
     def slot_action_task(self, action: str, id_slot: int, filename: str | None = None) -> Task:
         """A slot action as a task; request-level errors come back as a finished task."""
@@ -152,7 +153,7 @@ class ServerCore:
             task = self.tq.cancels.pop(0)
             for s in self.slots:
                 if s.task is task:
-                    self.emit("task_cancelled", f"cancel task, id_task = {task.id}", level="WRN", slot=s, task=task.id)
+                    self.emit(T.TASK_CANCELLED, f"cancel task, id_task = {task.id}", level="WRN", slot=s, task=task.id)
                     task.finish(error=cancelled_error())
                     self.release(s)
                     break
@@ -189,9 +190,9 @@ class ServerCore:
                 for s in self.slots:
                     if s.is_processing:
                         continue
-                    self.emit("idle_slot_save", "saving idle slot to prompt cache", slot=s)
+                    self.emit(T.IDLE_SLOT_SAVE, "saving idle slot to prompt cache", slot=s)
                     if self.glue.prompt_save(s):
-                        self.emit("idle_slot_saved", "__TEST_TAG_CACHE_IDLE_SLOT__", level="DBG", slot=s)
+                        self.emit(T.IDLE_SLOT_SAVED, "__TEST_TAG_CACHE_IDLE_SLOT__", level="DBG", slot=s)
                         self.glue.update(s)
                     if self.memory.info.kv_unified:
                         self.glue.prompt_clear(s, reason="idle_clear")
@@ -208,23 +209,23 @@ class ServerCore:
         """The server's log lines of steps A-C, from the decision."""
         emit = self.emit
         if sel.id_requested != -1:
-            emit("slot_selected_by_id", f"selected slot by id ({sel.id_requested})", level="INF",
+            emit(T.SLOT_SELECTED_BY_ID, f"selected slot by id ({sel.id_requested})", level="INF",
                  slot=self.get_slot_by_id(sel.id_requested), task=task.id)
         sps = np.float32(self.params.slot_prompt_similarity)
         for c in sel.checks:
             if c.skipped == "is_processing":
-                emit("slot_skip", " - skipping, is_processing = 1", slot=c.id_slot, task=task.id)
+                emit(T.SLOT_SKIP, " - skipping, is_processing = 1", slot=c.id_slot, task=task.id)
             elif c.skipped == "empty":
-                emit("slot_skip", " - skipping, slot is empty", slot=c.id_slot, task=task.id)
+                emit(T.SLOT_SKIP, " - skipping, slot is empty", slot=c.id_slot, task=task.id)
             else:
-                emit("slot_sim", f" - checking sim = {c.f_sim:.3f} ({c.lcp}/{task.n_tokens}) > {sps:.3f}",
+                emit(T.SLOT_SIM, f" - checking sim = {c.f_sim:.3f} ({c.lcp}/{task.n_tokens}) > {sps:.3f}",
                      slot=c.id_slot, task=task.id, lcp=c.lcp, f_sim=c.f_sim)
         if sel.how == "lcp" and sel.id_requested == -1:
-            emit("slot_selected_by_lcp", f"selected slot by LCP similarity, f_sim_best = {sel.f_sim_best:.3f} "
+            emit(T.SLOT_SELECTED_BY_LCP, f"selected slot by LCP similarity, f_sim_best = {sel.f_sim_best:.3f} "
                  f"(> {sps:.3f} thold), f_keep = {sel.f_keep:.3f}", level="INF", slot=sel.id_slot, task=task.id,
                  f_sim=float(sel.f_sim_best), f_keep=float(sel.f_keep))
         elif sel.how == "lru":
-            emit("slot_selected_by_lru", f"selected slot by LRU, t_last = {sel.t_last}", level="INF",
+            emit(T.SLOT_SELECTED_BY_LRU, f"selected slot by LRU, t_last = {sel.t_last}", level="INF",
                  slot=sel.id_slot, task=task.id, t_last=sel.t_last)
 
     def get_available_slot(self, task: Task) -> Slot | None:
@@ -237,7 +238,7 @@ class ServerCore:
                     "update_cache": bool(sel.update_cache and self.cache is not None), "load": None,
                     "id_requested": sel.id_requested}
         if ret is not None and sel.update_cache and self.cache is not None:
-            self.emit("cache_update_begin", "updating prompt cache", task=task.id)
+            self.emit(T.CACHE_UPDATE_BEGIN, "updating prompt cache", task=task.id)
             t0 = time.perf_counter()
             self.glue.prompt_save(ret, task)
             loaded, res = self.glue.prompt_load(ret, task)
@@ -248,11 +249,11 @@ class ServerCore:
             if loaded is False:
                 self.glue.prompt_clear(ret, reason="load_failed")
             self.glue.update(ret, task)
-            self.emit("cache_update_end", f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
+            self.emit(T.CACHE_UPDATE_END, f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
                       task=task.id)
         if ret is not None and self.cache is not None and decision["load"] is None:
             self.glue.preview(ret, task)
-        self.emit("slot_decision", "", slot=ret.id if ret else -1, task=task.id, **decision)
+        self.emit(T.SLOT_DECISION, "", slot=ret.id if ret else -1, task=task.id, **decision)
         return ret
 
     # ------------------------------------------------------------------ launch / release
@@ -265,7 +266,7 @@ class ServerCore:
         slot.state = SlotState.STARTED
         task.state = TaskState.RUNNING
         task.id_slot = slot.id
-        self.emit("task_launched", "processing task, is_child = 0", level="INF", slot=slot, task=task.id,
+        self.emit(T.TASK_LAUNCHED, "processing task, is_child = 0", level="INF", slot=slot, task=task.id,
                   n_tokens=task.n_tokens)
 
     def _next_time(self) -> int:
@@ -276,7 +277,7 @@ class ServerCore:
     def release(self, slot: Slot) -> None:
         if not slot.is_processing:
             return
-        self.emit("slot_release", f"stop processing: n_tokens = {len(slot.tokens)}, truncated = {int(slot.truncated)}",
+        self.emit(T.SLOT_RELEASE, f"stop processing: n_tokens = {len(slot.tokens)}, truncated = {int(slot.truncated)}",
                   level="INF", slot=slot, n_tokens=len(slot.tokens))
         slot.t_last_used = self._next_time()
         slot.state = SlotState.IDLE
@@ -292,14 +293,14 @@ class ServerCore:
             if s.is_processing:
                 continue
             if len(s.tokens) > 0:
-                self.emit("slot_purge", f"purging slot {s.id} with {len(s.tokens)} tokens", level="WRN", slot=-1,
+                self.emit(T.SLOT_PURGE, f"purging slot {s.id} with {len(s.tokens)} tokens", level="WRN", slot=-1,
                           task=-1, id_slot=s.id, n_tokens=len(s.tokens))
                 self.glue.prompt_clear(s, reason="purge")
                 return True
         return False
 
     def send_error(self, slot: Slot, message: str, type_: str = "server_error", code: int = 500) -> None:
-        self.emit("task_error", message, level="ERR", slot=slot, code=code, type=type_)
+        self.emit(T.TASK_ERROR, message, level="ERR", slot=slot, code=code, type=type_)
         slot.task.finish(error=TaskError(code, message, type_))
 
     def send_final_response(self, slot: Slot) -> None:
@@ -320,7 +321,7 @@ class ServerCore:
             "stop_type": slot.stop,
             "timings": slot.stats.timings(),
         }
-        self.emit("task_done", "", slot=slot, task=task.id, cache_n=slot.stats.n_prompt_cached,
+        self.emit(T.TASK_DONE, "", slot=slot, task=task.id, cache_n=slot.stats.n_prompt_cached,
                   prompt_n=slot.stats.n_prompt_processed, predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens))
         self.metrics.on_final(slot)
         task.finish(result=result)
@@ -373,10 +374,10 @@ class ServerCore:
         task = slot.task
         slot.stats.t_start = now_us()
         slot.state = SlotState.PROCESSING_PROMPT
-        self.emit("prompt_start", f"new prompt, n_ctx_slot = {slot.n_ctx}, n_keep = 0, task.n_tokens = {task.n_tokens}",
+        self.emit(T.PROMPT_START, f"new prompt, n_ctx_slot = {slot.n_ctx}, n_keep = 0, task.n_tokens = {task.n_tokens}",
                   slot=slot)
         if task.n_tokens == 0:
-            self.emit("prompt_empty", "empty prompt - releasing slot", level="WRN", slot=slot)
+            self.emit(T.PROMPT_EMPTY, "empty prompt - releasing slot", level="WRN", slot=slot)
             self.send_final_response(slot)
             self.release(slot)
             return False
@@ -405,10 +406,10 @@ class ServerCore:
                 ckpt_mode = "restored" if n_past > 0 else "forced"
         self.checkpoints.erase_invalidated(slot, pos_next)
         if n_past == task.n_tokens and n_past > 0:
-            self.emit("prompt_full_match", f"need to evaluate at least 1 token for each active slot (n_past = {n_past}, "
+            self.emit(T.PROMPT_FULL_MATCH, f"need to evaluate at least 1 token for each active slot (n_past = {n_past}, "
                       f"task.n_tokens() = {task.n_tokens})", level="WRN", slot=slot)
             n_past -= 1
-            self.emit("prompt_full_match", f"n_past was set to {n_past}", level="WRN", slot=slot)
+            self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
         slot.stats.n_prompt_cached = n_past
         slot.stats.n_prompt_processed = 0
         self.metrics.prompt_tokens_cached_total += n_past
@@ -416,7 +417,7 @@ class ServerCore:
         slot.n_prompt = task.n_tokens
         div = lcp if lcp < task.n_tokens else -1
         div_text = self.vocab.token_to_piece(int(inp[lcp])).decode("utf-8", "replace") if div >= 0 else ""
-        self.emit("prompt_plan", "", slot=slot, n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode,
+        self.emit(T.PROMPT_PLAN, "", slot=slot, n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode,
                   origin=slot.origin, shifts=list(slot.shifts), divergence=div, div_text=div_text)
         return True
 
@@ -428,7 +429,7 @@ class ServerCore:
         if slot.state is SlotState.STARTED and not self._start_prompt(slot):
             return
         p0 = slot.tokens.pos_next()
-        self.emit("prompt_seq_rm", f"cached n_tokens = {len(slot.tokens)}, memory_seq_rm [{p0}, end)", slot=slot)
+        self.emit(T.PROMPT_SEQ_RM, f"cached n_tokens = {len(slot.tokens)}, memory_seq_rm [{p0}, end)", slot=slot)
         require_seq_rm(self.memory, slot.id, p0, -1)
         do_checkpoint = self.checkpoints.gate(task)
         n_have = len(slot.tokens)
@@ -455,7 +456,7 @@ class ServerCore:
             slot.i_batch = b.n_tokens - 1
         elif not is_user_start and not near_prompt_end:
             do_checkpoint = False
-        self.emit("prompt_batch", "", slot=slot, n_added=n_tokens_cur, n_tokens=len(slot.tokens),
+        self.emit(T.PROMPT_BATCH, "", slot=slot, n_added=n_tokens_cur, n_tokens=len(slot.tokens),
                   n_prompt=task.n_tokens)
         if do_checkpoint:
             self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end or is_last_user_message)
@@ -469,7 +470,7 @@ class ServerCore:
                 continue
             s.last_sig = sig
             t = s.task or s.task_prev
-            self.emit("slot_snapshot", "", slot=s, task=t.id if t else -1, state=s.state.value, n_tokens=len(s.tokens),
+            self.emit(T.SLOT_SNAPSHOT, "", slot=s, task=t.id if t else -1, state=s.state.value, n_tokens=len(s.tokens),
                       n_prompt=s.n_prompt if t is not None else 0, n_past=s.stats.n_prompt_cached,
                       prompt_n=s.stats.n_prompt_processed, n_gen=s.stats.n_gen, origin=s.origin,
                       shifts=list(s.shifts),
@@ -490,7 +491,7 @@ class ServerCore:
             if ret < -1:
                 err = "Compute error."
             if err:
-                self.emit("decode_failed", f"{err} off = {off}, n_batch = {n_batch}, ret = {ret}", level="ERR",
+                self.emit(T.DECODE_FAILED, f"{err} off = {off}, n_batch = {n_batch}, ret = {ret}", level="ERR",
                           ret=ret, off=off, n_batch=n_batch)
                 for s in self.slots:
                     if s.is_processing:
@@ -500,11 +501,12 @@ class ServerCore:
                 return None, n_batch
             if not self.try_clear_idle_slots():
                 n_batch //= 2
-            self.emit("decode_retry", "failed to find free space in the KV cache, retrying with smaller batch size, "
+            self.emit(T.DECODE_RETRY, "failed to find free space in the KV cache, retrying with smaller batch size, "
                       f"off = {off}, n_batch = {n_batch}, ret = {ret}", level="WRN", ret=ret, off=off, n_batch=n_batch)
             return False, n_batch
-        if self.spec is not None and not self.spec.process(b, off, n):
-            self.emit("decode_failed", "failed to process speculative batch", level="ERR")
+        if self.spec is not None and (ret := self.spec.process(b, off, n)) != 0:
+            self.emit(T.DECODE_FAILED, "failed to process speculative batch", level="ERR", ret=ret, off=off,
+                      n_batch=n_batch)
             for s in self.slots:
                 if s.is_processing:
                     self.send_error(s, "decode() failed: failed to process speculative batch")
@@ -526,7 +528,7 @@ class ServerCore:
                     s.stats.n_prompt_processed += int(counts[s.id])
             m.prompt_tokens_total += n_prompt
             m.prompt_seconds_total += dt
-        self.emit("decode", "", off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3)
+        self.emit(T.DECODE, "", off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3)
         return True, n_batch
 
     def post_decode(self, n: int, off: int) -> None:
@@ -569,7 +571,7 @@ class ServerCore:
                 cb(slot.task, tok)
             except Exception as ex:  # a broken listener (a closed stream, a notebook callback) must not stop the server
                 log.exception("on_token callback of task %d failed", slot.task.id)
-                self.emit("callback_error", f"on_token callback failed: {ex!r}", level="ERR", slot=slot,
+                self.emit(T.CALLBACK_ERROR, f"on_token callback failed: {ex!r}", level="ERR", slot=slot,
                           error=repr(ex))
         slot.has_next_token = True
         if len(slot.tokens) + 1 >= slot.n_ctx:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from slotlab.engine import event_types as T
 from slotlab.engine.tokens import as_tokens, common_prefix
 
 __all__ = [
@@ -249,7 +250,7 @@ class PromptCache:
 
     def _evict_front(self, reason: str, level: str, func: str, message: str) -> None:
         e = self.entries.pop(0)
-        self._emit("cache_evict", level, func, message, reason=reason, entry=e, entry_id=e.id,
+        self._emit(T.CACHE_EVICT, level, func, message, reason=reason, entry=e, entry_id=e.id,
                    n_tokens=e.n_tokens(), size=e.size())
 
     # -- alloc (ST:1711-1791) -----------------------------------------------------------------
@@ -279,7 +280,7 @@ class PromptCache:
         size_dft = int(size_dft)
 
         self._emit(
-            "cache_save", "TRC", "prompt_save",
+            T.CACHE_SAVE, "TRC", "prompt_save",
             " - saving prompt with length %d, total state size = %.3f MiB (draft: %.3f MiB)"
             % (n_new, (size_tgt + size_dft) / MIB, size_dft / MIB),
             n_tokens=n_new, size_tgt=size_tgt, size_dft=size_dft, id_slot=id_slot, id_task=id_task,
@@ -288,7 +289,7 @@ class PromptCache:
         # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
         for e in self.entries:
             if common_prefix(e.tokens, tokens) == n_new:
-                self._emit("cache_skip_duplicate", "TRC", "alloc",
+                self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
                            " - prompt is already in the cache, skipping",
                            entry=e, entry_id=e.id, n_tokens=n_new)
                 return None
@@ -296,7 +297,7 @@ class PromptCache:
         # 2-3. a single entry larger than the whole budget would only flush the cache for nothing
         size_new = size_tgt + size_dft + sum(c.size() for c in checkpoints)
         if self.limit_size > 0 and size_new > self.limit_size:
-            self._emit("cache_skip_over_limit", "WRN", "alloc",
+            self._emit(T.CACHE_SKIP_OVER_LIMIT, "WRN", "alloc",
                        " - prompt state size %.3f MiB exceeds cache size limit %.3f MiB, skipping"
                        % (size_new / MIB, self.limit_size / MIB),
                        size=size_new, limit_size=self.limit_size, n_tokens=n_new)
@@ -307,7 +308,7 @@ class PromptCache:
         for e in self.entries:
             lcp = common_prefix(e.tokens, tokens)
             if lcp == e.n_tokens():
-                self._emit("cache_evict", "TRC", "alloc",
+                self._emit(T.CACHE_EVICT, "TRC", "alloc",
                            " - removing obsolete cached prompt with length %d" % lcp,
                            reason="obsolete_prefix", entry=e, entry_id=e.id,
                            n_tokens=e.n_tokens(), size=e.size())
@@ -329,12 +330,12 @@ class PromptCache:
             drft = self.allocate(size_dft)
         except MemoryError as exc:
             what = str(exc) or "std::bad_alloc"
-            self._emit("cache_alloc_failed", "ERR", "alloc",
+            self._emit(T.CACHE_ALLOC_FAILED, "ERR", "alloc",
                        "failed to allocate memory for prompt cache state: %s" % what,
                        size_tgt=size_tgt, size_dft=size_dft, error=what)
             old = self.limit_size
             self.limit_size = max(1, int(0.4 * self.size()))  # double, truncated to size_t
-            self._emit("cache_limit_reduced", "WRN", "alloc",
+            self._emit(T.CACHE_LIMIT_REDUCED, "WRN", "alloc",
                        " - cache size limit reduced to %.3f MiB" % (self.limit_size / MIB),
                        limit_size=self.limit_size, limit_size_old=old)
             self._update("shrink")
@@ -353,7 +354,7 @@ class PromptCache:
         )
         self._next_id += 1
         self.entries.append(entry)
-        self._emit("cache_alloc", "TRC", "alloc", "", entry=entry, entry_id=entry.id,
+        self._emit(T.CACHE_ALLOC, "TRC", "alloc", "", entry=entry, entry_id=entry.id,
                    n_tokens=n_new, size=entry.size(), id_slot=id_slot, id_task=id_task)
         return entry
 
@@ -382,7 +383,7 @@ class PromptCache:
         lcp_base = common_prefix(slot_tokens, tokens_new)
         f_keep_base = f32_ratio(lcp_base, n_slot) if n_slot > 0 else np.float32(-1.0)
         f_sim_base = f32_ratio(lcp_base, n_new)
-        self._emit("cache_load_base", "TRC", "load",
+        self._emit(T.CACHE_LOAD_BASE, "TRC", "load",
                    " - looking for better prompt, base f_keep = %.3f, f_sim = %.3f"
                    % (float(f_keep_base), float(f_sim_base)),
                    lcp=lcp_base, f_keep=f_keep_base, f_sim=f_sim_base, n_tokens=n_slot)
@@ -395,7 +396,7 @@ class PromptCache:
             lcp = common_prefix(e.tokens, tokens_new)
             f_keep = f32_ratio(lcp, n_e)
             f_sim = f32_ratio(lcp, n_new)
-            self._emit("cache_load_score", "TRC", "load",
+            self._emit(T.CACHE_LOAD_SCORE, "TRC", "load",
                        "   - prompt with length %7d, lcp = %7d, f_keep = %.3f, f_sim = %.3f"
                        % (n_e, lcp, float(f_keep), float(f_sim)),
                        entry=e, entry_id=e.id, n_tokens=n_e, lcp=lcp, f_keep=f_keep, f_sim=f_sim)
@@ -410,11 +411,11 @@ class PromptCache:
         result = LoadResult(best, lcp_base, f_keep_base, f_sim_base, f_keep_best, f_sim_best,
                             tuple(scores))
         if best is not None:
-            self._emit("cache_load_found", "TRC", "load",
+            self._emit(T.CACHE_LOAD_FOUND, "TRC", "load",
                        " - found better prompt with f_keep = %.3f, f_sim = %.3f"
                        % (float(f_keep_best), float(f_sim_best)),
                        entry=best, entry_id=best.id, f_keep=f_keep_best, f_sim=f_sim_best)
-        self._emit("cache_load_scores", "TRC", "load", "", result=result,
+        self._emit(T.CACHE_LOAD_SCORES, "TRC", "load", "", result=result,
                    winner_id=None if best is None else best.id)
         return result
 
@@ -432,7 +433,7 @@ class PromptCache:
         as in the C++, a failed draft restore leaves the entry cached with its `main` already freed."""
         size = nbytes(entry.main)
         if set_tgt(entry.main) != size:
-            self._emit("cache_restore_failed", "ERR", "load",
+            self._emit(T.CACHE_RESTORE_FAILED, "ERR", "load",
                        "failed to restore state with size %d" % size,
                        entry=entry, entry_id=entry.id, which="tgt", size=size)
             return False
@@ -443,7 +444,7 @@ class PromptCache:
                 raise AssertionError("cache entry has draft state but no draft context was given")
             size = nbytes(entry.drft)
             if set_dft(entry.drft) != size:
-                self._emit("cache_restore_failed", "WRN", "load",
+                self._emit(T.CACHE_RESTORE_FAILED, "WRN", "load",
                            "failed to restore state with size %d" % size,
                            entry=entry, entry_id=entry.id, which="dft", size=size)
                 return False
@@ -460,7 +461,7 @@ class PromptCache:
                 break
         else:
             raise KeyError(f"cache entry {entry.id} is not in the cache")
-        self._emit("cache_evict", "TRC", "load", "", reason="loaded", entry=entry, entry_id=entry.id,
+        self._emit(T.CACHE_EVICT, "TRC", "load", "", reason="loaded", entry=entry, entry_id=entry.id,
                    n_tokens=entry.n_tokens(), size=entry.size())
         return entry
 
@@ -503,7 +504,7 @@ class PromptCache:
                     " - cache token limit (%d, est: %d) reached, removing oldest entry (size = %.3f MiB)"
                     % (self.limit_tokens, limit_tokens_cur, self.entries[0].size() / MIB))
 
-        self._emit("cache_state", "TRC", "update",
+        self._emit(T.CACHE_STATE, "TRC", "update",
                    " - cache state: %d prompts, %.3f MiB (limits: %.3f MiB, %d tokens, %d est)"
                    % (len(self.entries), self.size() / MIB, self.limit_size / MIB,
                       self.limit_tokens, limit_tokens_cur),
@@ -511,7 +512,7 @@ class PromptCache:
                    limit_size=self.limit_size, limit_tokens=self.limit_tokens,
                    limit_tokens_cur=limit_tokens_cur)
         for e in self.entries:
-            self._emit("cache_state_entry", "TRC", "update",
+            self._emit(T.CACHE_STATE_ENTRY, "TRC", "update",
                        "   - prompt 0x%012x: %7d tokens, checkpoints: %2d, %9.3f MiB"
                        % (e.id, e.n_tokens(), len(e.checkpoints), e.size() / MIB),
                        entry=e, entry_id=e.id, n_tokens=e.n_tokens(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from slotlab.engine import event_types as T
 from slotlab.engine import slot_file
 from slotlab.engine.emit import Emitter
 from slotlab.engine.slot_file import TokensStateError, validate_filename
@@ -59,7 +60,7 @@ class SlotActions:
             has_dft = self.memory.info.has_draft and len(slot.tokens)
             draft_state = self.memory.state_get(slot.id, draft=True) if has_dft else b""
             n_app = slot_file.write_appendices(path, slot.checkpoints, draft_state)
-        self.emit("slot_saved", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(slot.tokens),
+        self.emit(T.SLOT_SAVED, "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(slot.tokens),
                   n_bytes=n, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints) if n_app else 0)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_saved": len(slot.tokens),
                             "n_written": n, "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
@@ -86,12 +87,12 @@ class SlotActions:
         if self.appendices:
             app = slot_file.read_appendices(path, nread)
             for note in app.notes:
-                self.emit("slot_appendix_skipped", note, level="WRN", slot=slot, task=task.id)
+                self.emit(T.SLOT_APPENDIX_SKIPPED, note, level="WRN", slot=slot, task=task.id)
             slot.checkpoints = app.checkpoints
             n_app = app.n_bytes
             if self.memory.info.has_draft:
                 self._restore_draft(slot, task, app)
-        self.emit("slot_restored", "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(tokens),
+        self.emit(T.SLOT_RESTORED, "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(tokens),
                   n_bytes=nread, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints))
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_restored": len(tokens),
                             "n_read": nread, "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
@@ -104,7 +105,7 @@ class SlotActions:
             ok = mem.state_set(ck[-1].data_dft, slot.id, draft=True, partial=True) == len(ck[-1].data_dft)
             self._draft_seq_rm(slot.id)
             if not ok:
-                self.emit("slot_draft_dropped", f"draft context checkpoint data in '{task.filename}' does not match the "
+                self.emit(T.SLOT_DRAFT_DROPPED, f"draft context checkpoint data in '{task.filename}' does not match the "
                           "draft context - dropped", level="WRN", slot=slot, task=task.id)
                 for c in ck:
                     c.data_dft = b""
@@ -113,7 +114,7 @@ class SlotActions:
             self._draft_seq_rm(slot.id)
             if mem.state_set(app.draft_state, slot.id, draft=True) != len(app.draft_state):
                 self._draft_seq_rm(slot.id)
-                self.emit("slot_draft_dropped", f"draft state in '{task.filename}' does not match the draft context - "
+                self.emit(T.SLOT_DRAFT_DROPPED, f"draft state in '{task.filename}' does not match the draft context - "
                           "dropped", level="WRN", slot=slot, task=task.id)
 
     def _draft_seq_rm(self, seq: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from slotlab.engine import event_types as T
 from slotlab.engine.emit import Emitter
 from slotlab.memory import Memory, require_seq_rm
 
@@ -38,12 +39,12 @@ class Speculative:
         if len(out) < self.n_min:
             out = []
         if out:
-            self.emit("spec_draft", f"drafted {len(out)} tokens", level="DBG", slot=slot, n_draft=len(out))
+            self.emit(T.SPEC_DRAFT, f"drafted {len(out)} tokens", level="DBG", slot=slot, n_draft=len(out))
         return out
 
-    def process(self, batch, off: int, n: int) -> bool:
-        """The draft context decodes the same chunk the target just decoded."""
-        return self.memory.decode_draft(batch, off, n) == 0
+    def process(self, batch, off: int, n: int) -> int:
+        """The draft context decodes the same chunk the target just decoded (llama_decode's code)."""
+        return self.memory.decode_draft(batch, off, n)
 
     def verify(self, slot, off: int, accept: Callable[[object, int], bool]) -> tuple[int, int]:
         """Sample along the verified positions (`accept(slot, token)` takes each sampled token and
@@ -67,7 +68,7 @@ class Speculative:
         if keep < len(slot.tokens):
             require_seq_rm(self.memory, slot.id, keep, -1)
             slot.tokens.keep_first(keep)
-        self.emit("spec_verify", f"accepted {accepted}/{len(draft)} draft tokens", level="DBG", slot=slot,
+        self.emit(T.SPEC_VERIFY, f"accepted {accepted}/{len(draft)} draft tokens", level="DBG", slot=slot,
                   n_draft=len(draft), n_accepted=accepted)
         slot.spec_draft = []
         slot.i_batch = -1
