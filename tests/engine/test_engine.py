@@ -116,7 +116,10 @@ def test_id_slot_wraps_like_the_server(engine):
 def test_dead_engine_thread_is_reported(engine):
     engine.start()
     engine.pause()
-    engine._process_prompt = None  # sabotage: the next prompt crashes the loop
+    def broken_decode(*a):
+        raise RuntimeError("the memory broke")
+
+    engine.memory.decode = broken_decode  # sabotage: the next decode crashes the loop
     t = engine.submit(PROMPT, n_predict=2)
     engine.resume()
     with pytest.raises(Exception, match="engine stopped"):
