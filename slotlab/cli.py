@@ -20,11 +20,11 @@ def _mib(n: int) -> str:
 
 def cmd_info(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
-        from slotlab.engine.params import _FLAGS
+        from slotlab.engine.params import FLAGS
 
         print("usage: slotlab info [--json] [llama-server flags]\n\nPrints the model, context and slot "
               "configuration these flags give, and the build's capabilities.\nFlags understood: "
-              + " ".join(sorted(_FLAGS)))
+              + " ".join(sorted(FLAGS)))
         return 0
     as_json = "--json" in argv
     argv = [a for a in argv if a != "--json"]
@@ -173,7 +173,19 @@ def cmd_serve(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve}
+def cmd_watch(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab watch", description="Read a llama-server log (-lv 4 shows every "
+                                 "decision) as slotlab events and report each request as `slotlab replay` does.")
+    ap.add_argument("--log", required=True, help="the server's log: its stderr / stdout, or a --log-file")
+    ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
+    ap.add_argument("--events", help="also write every event as JSON lines to this file")
+    args = ap.parse_args(argv)
+    from slotlab.watch.report import run
+
+    return run(args.log, as_json=args.json, events_path=args.events)
+
+
+COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch}
 
 
 def main(argv: list[str] | None = None) -> int:

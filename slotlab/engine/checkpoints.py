@@ -8,7 +8,8 @@ restores the newest usable snapshot when a later request diverges inside the slo
 from __future__ import annotations
 
 from slotlab.engine import event_types as T
-from slotlab.engine.emit import MIB, Emitter
+from slotlab.engine.emit import Emitter
+from slotlab.units import MIB
 from slotlab.engine.prompt_cache import Checkpoint
 from slotlab.memory import Memory
 

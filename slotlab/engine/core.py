@@ -103,12 +103,31 @@ class ServerCore:
     # ------------------------------------------------------------------ tasks in
 
     def tokenize(self, prompt: str | list | np.ndarray) -> np.ndarray:
-        """A text prompt as the server tokenizes it (BOS, special tokens parsed), or token ids as given."""
+        """A prompt in any form the server takes (`tokenize_mixed`): a text (BOS added, special tokens
+        parsed), token ids as given, a one-element array of either, or a mixed array of texts and ids
+        (only the first text gets BOS). Token ids outside the vocabulary are refused."""
+        v = self.vocab
         if isinstance(prompt, str):
-            return self.vocab.tokenize(prompt)
-        toks = as_tokens(prompt)
-        self.vocab.check_tokens(toks)
-        return toks.copy()
+            return v.tokenize(prompt)
+        if isinstance(prompt, np.ndarray):
+            toks = as_tokens(prompt)
+            v.check_tokens(toks)
+            return toks.copy()
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            return self.tokenize(prompt[0])
+        if isinstance(prompt, list):
+            out: list[int] = []
+            for i, x in enumerate(prompt):
+                if isinstance(x, str):
+                    out.extend(v.tokenize(x, add_special=i == 0).tolist())
+                elif isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+                    out.append(int(x))
+                else:
+                    raise ValueError("prompt array elements must be strings or token ids")
+            toks = np.asarray(out, dtype=np.int32)
+            v.check_tokens(toks)
+            return toks
+        raise ValueError("\"prompt\" must be a string or an array of token ids")
 
     def completion_task(self, prompt, *, n_predict: int | None = None, id_slot: int = -1,
                         cache_prompt: bool | None = None, n_cache_reuse: int | None = None, temperature: float = 0.0,

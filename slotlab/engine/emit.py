@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-MIB = 1024.0 * 1024.0  # the server prints sizes as `size / (1024.0 * 1024.0)` MiB
 
 
 class Emitter:

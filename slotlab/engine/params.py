@@ -132,7 +132,7 @@ class ServerParams:
         while i < len(args):
             arg = args[i]
             name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-            spec = _FLAGS.get(name)
+            spec = FLAGS.get(name)
             if spec is None and name in _PERF_ONLY:
                 takes_value = _PERF_ONLY[name]
                 notes.append(f"{name}: only affects performance in llama-server; ignored by slotlab")
@@ -200,22 +200,22 @@ def _int(s: str) -> int:
     return int(s, 0) if s.lower().startswith(("0x",)) else int(s)
 
 
-_FLAGS: dict[str, tuple[str, Callable | object]] = {}
+FLAGS: dict[str, tuple[str, Callable | object]] = {}
 _CANONICAL: dict[str, str] = {}
 _SWITCHES: dict[str, tuple[str, str | None]] = {}
 
 
 def _flag(key: str, names: str, conv) -> None:
     for n in names.split():
-        _FLAGS[n] = (key, conv)
+        FLAGS[n] = (key, conv)
     _CANONICAL.setdefault(key, names.split()[-1])
 
 
 def _switch(key: str, on: str, off: str | None = None) -> None:
     for n in on.split():
-        _FLAGS[n] = (key, _SWITCH_ON)
+        FLAGS[n] = (key, _SWITCH_ON)
     for n in (off or "").split():
-        _FLAGS[n] = (key, _SWITCH_OFF)
+        FLAGS[n] = (key, _SWITCH_OFF)
     _CANONICAL.setdefault(key, on.split()[-1])
     _SWITCHES[key] = (on.split()[-1], off.split()[-1] if off else None)
 
@@ -249,7 +249,7 @@ _flag("draft_min", "--draft-min --draft-n-min --spec-draft-n-min", _int)
 _flag("spec_type", "--spec-type", str)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
 _switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only
-_FLAGS["-v"] = _FLAGS["--verbose"] = ("verbosity", 4)  # a switch that sets a value
+FLAGS["-v"] = FLAGS["--verbose"] = ("verbosity", 4)  # a switch that sets a value
 _flag("host", "--host", str)
 _flag("port", "--port", _int)
 _flag("api_key", "--api-key", str)

@@ -40,7 +40,7 @@ __all__ = [
     "f32_ratio",
 ]
 
-MIB = 1024.0 * 1024.0
+from slotlab.units import MIB  # noqa: E402  (re-exported: older imports read it here)
 
 #: The 0.25 floor of `load` ("don't trash large prompts"), as the C++ literal `0.25f`.
 F_KEEP_FLOOR = np.float32(0.25)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 # (pattern, kind, groups to keep)
-_PATTERNS = [
+PATTERNS = [
     (re.compile(r" - saving prompt with length (\d+), total state size = ([\d.]+) MiB"), "save"),
     (re.compile(r" - prompt is already in the cache, skipping"), "skip_duplicate"),
     (re.compile(r" - prompt state size ([\d.]+) MiB exceeds cache size limit"), "skip_over_limit"),
@@ -42,7 +42,7 @@ def decisions(lines) -> list[tuple]:
     """[(kind, *numbers as strings)] for every cache / retry / checkpoint decision in `lines`."""
     out = []
     for line in lines:
-        for pat, kind in _PATTERNS:
+        for pat, kind in PATTERNS:
             m = pat.search(line)
             if m:
                 out.append((kind, *m.groups()))
@@ -52,3 +52,6 @@ def decisions(lines) -> list[tuple]:
 
 def decisions_of_engine(engine) -> list[tuple]:
     return decisions(e.message for e in engine.events.log if e.message)
+
+
+_PATTERNS = PATTERNS  # old name, kept until every reader uses PATTERNS

@@ -55,7 +55,7 @@ class _FakeSampler:
 
     def sample(self, i: int) -> int:
         """A deterministic token for row `i` of the last decode: printable, never end-of-generation."""
-        pos, seq = self.mem._last_rows[i]
+        pos, seq = self.mem.last_rows[i]
         return 3 + ord("a") + (pos * 7 + seq) % 26
 
     def close(self) -> None:
@@ -81,7 +81,7 @@ class FakeMemory:
         self.bpt, self.bpt_partial = bytes_per_token, bytes_per_token_partial
         self.n_cells = n_cells if n_cells is not None else (n_ctx if kv_unified else n_ctx_slot)
         self.seqs = [_Seq() for _ in range(n_slots)]
-        self._last_rows: list[tuple[int, int]] = []
+        self.last_rows: list[tuple[int, int]] = []
         self.calls: list[tuple] = []  # every mutating call, for tests to assert on
 
     # -- sequence operations ----------------------------------------------------------------------
@@ -220,7 +220,7 @@ class FakeMemory:
                 lo = max(s.pos) - self.info.n_swa - self.info.n_ubatch + 1
                 keep = [(p, t) for p, t in zip(s.pos, s.tok) if p >= lo]
                 s.pos, s.tok = [p for p, _ in keep], [t for _, t in keep]
-        self._last_rows = [(p, s) for p, s, _ in rows]
+        self.last_rows = [(p, s) for p, s, _ in rows]
         return 0
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:

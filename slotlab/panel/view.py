@@ -28,7 +28,7 @@ from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
 
 COLORS = {"kept": "#4c78a8", "cache": "#72b7b2", "file": "#b279a2", "checkpoint": "#9d755d", "shifted": "#eeca3b",
           "prefill": "#f58518", "generated": "#54a24b"}
-MIB = 1024.0 * 1024.0
+from slotlab.units import MIB  # noqa: E402
 log = logging.getLogger("slotlab.panel")
 
 

@@ -58,30 +58,8 @@ class Api:
         return None
 
     def _prompt_tokens(self, prompt):
-        """A text prompt, token ids, or the server's mixed array (first element gets BOS)."""
-        e = self.engine
-        if isinstance(prompt, str):
-            return e.model.tokenize(prompt)
-        if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-            e.model.check_tokens(prompt)
-            return prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            return self._prompt_tokens(prompt[0])
-        if isinstance(prompt, list) and prompt:
-            import numpy as np
-
-            out, first = [], True
-            for x in prompt:
-                if isinstance(x, str):
-                    out.extend(e.model.tokenize(x, add_special=first).tolist())
-                elif isinstance(x, int) and not isinstance(x, bool):
-                    out.append(x)
-                else:
-                    raise ValueError("prompt array elements must be strings or token ids")
-                first = False
-            e.model.check_tokens(out)
-            return np.asarray(out, dtype=np.int32)
-        raise ValueError("\"prompt\" must be a string or an array of token ids")
+        """A text prompt, token ids, or the server's mixed array: the engine's one tokenizing rule."""
+        return self.engine.tokenize(prompt)
 
     async def _await(self, request: Request, task) -> None:
         loop = asyncio.get_running_loop()
