@@ -109,6 +109,8 @@ SPEC_DRAFT = "spec_draft"
 SPEC_VERIFY = "spec_verify"
 # snapshots (what a view redraws from)
 SLOT_SNAPSHOT = "slot_snapshot"
+# a source's line that maps to no decision (a real server's log line the watcher does not know)
+LOG = "log"
 
 #: the `slot_clear` reasons that count as an eviction on the panel (the slot's KV is gone for good)
 EVICTING_CLEARS = ("idle_clear", "purge")
@@ -947,6 +949,20 @@ class SlotSnapshot(SnapshotEvent):
     """Cache-reuse shifts of this request as (src_start, src_end, dst_start, dst_end)."""
     checkpoints: list
     """The slot's checkpoints as (pos_min, pos_max, n_tokens, size, id_task)."""
+
+
+# ---------------------------------------------------------------------------------------------- plain log lines
+
+@_family("log")
+class LogEvent(Payload):
+    """Text a source reported that is no decision slotlab models (kept, never an error)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Log(LogEvent):
+    """One log line of a watched llama-server that the reader does not map to a decision; the line
+    is in `message`, its level in the event's level."""
+    KINDS = (LOG,)
 
 
 # ---------------------------------------------------------------------------------------------- registry and validation

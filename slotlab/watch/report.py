@@ -1,0 +1,68 @@
+"""`slotlab watch --log FILE`: read a finished llama-server log and report each request the way
+`slotlab replay` does (`--json`: the golden-trace schema; `--events F`: every event as JSON lines)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from slotlab.engine import event_types as T
+from slotlab.errors import SlotlabError
+from slotlab.watch.log_reader import LogReader, flags_of, requests_json
+
+
+def read(path: str | Path) -> tuple[LogReader, list]:
+    """The reader after the whole file, and its events; a SlotlabError when the file cannot be read."""
+    rd = LogReader()
+    try:
+        events = rd.read_file(path)
+    except OSError as e:
+        raise SlotlabError(f"cannot read log {path}: {e.strerror or e}") from None
+    return rd, events
+
+
+def write_events(events: list, path: str | Path) -> int:
+    """Every event as one JSON object per line (the format `slotlab replay --events` writes)."""
+    with open(path, "w") as f:
+        for e in events:
+            f.write(json.dumps(e.to_json(), allow_nan=True) + "\n")
+    return len(events)
+
+
+def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=None) -> int:
+    out = out or sys.stdout
+    rd, events = read(log)
+    if events_path:
+        write_events(events, events_path)
+    results = requests_json(events)
+    if as_json:
+        print(json.dumps({"flags": flags_of(events), "results": results}, indent=1, ensure_ascii=False), file=out)
+        return 0
+    head = f"{'#':>3} {'kind':<8} {'slot':>4} {'status':>6} {'cached':>7} {'prefill':>7} {'tokens':>7}  detail"
+    print(head, file=out)
+    for i, r in enumerate(results):
+        if "action" in r:
+            rep = r["reply"]
+            det = rep["error"]["message"] if "error" in rep else json.dumps(rep)
+            slot = rep.get("id_slot", "-")
+            print(f"{i:>3} {r['action']:<8} {slot:>4} {r['status']:>6} {'':>7} {'':>7} {'':>7}  {det}", file=out)
+        elif r["status"] is None:
+            print(f"{i:>3} {'request':<8} {r['id_slot']:>4} {'-':>6} {'':>7} {'':>7} {'':>7}  not finished in this log",
+                  file=out)
+        elif r["status"] != 200:
+            print(f"{i:>3} {'request':<8} {'-':>4} {r['status']:>6} {'':>7} {'':>7} {'':>7}  {r['error']['message']}",
+                  file=out)
+        else:
+            print(f"{i:>3} {'request':<8} {r['id_slot']:>4} {r['status']:>6} {r['cache_n']:>7} {r['prompt_n']:>7} "
+                  f"{r['tokens_evaluated']:>7}", file=out)
+    n_trc = sum(1 for e in events if e.level == "TRC" and e.message)
+    typed = sum(1 for e in events if e.kind in T.REGISTRY)
+    print(f"{rd.n_lines} lines read ({rd.n_plain} kept as plain log lines), {typed} typed events", file=out)
+    if n_trc == 0 and rd.n_lines:
+        print("no TRC lines in this log (llama-server below -lv 4): slot choice scores, RAM-cache saves and loads, "
+              "checkpoints and erases are not shown; cache_n and tokens_evaluated are derived from the timings",
+              file=out)
+    for p in rd.problems[:5]:
+        print(f"reader problem: {p}", file=out)
+    return 0

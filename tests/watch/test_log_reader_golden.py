@@ -1,0 +1,97 @@
+"""Every golden trace's real llama-server log (-lv 4) read by the log reader gives back what the server
+answered (NAME.llama-server.json): per request the slot, cache_n, prompt_n, tokens_evaluated,
+tokens_cached, status and error, and the slot actions the log shows. No model, no server: CI runs it.
+
+Also: every typed event matches its schema, the events carry the log's own texts (the RAM-cache
+decision list `server_log.decisions` reads from the log equals the one read from the events'
+messages), and a log without its TRC / DBG lines (what `-lv 3` prints) still gives every completion."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slotlab.engine import event_types as T
+from slotlab.engine.events import EventBus
+from slotlab.engine.server_log import decisions
+from slotlab.watch.lines import parse_line
+from slotlab.watch.log_reader import LOG, LogReader, requests_json
+from slotlab.watch.patterns import match
+
+DIR = Path(__file__).resolve().parent.parent / "golden" / "traces"
+TRACES = sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.name)
+
+
+def log_visible(r: dict) -> bool:
+    """The results a log can show: completions, erases, and the action errors the server logs with
+    `send_error`. A successful save or restore logs nothing, and the HTTP layer rejects a bad file name
+    before the server loop sees it (no line either)."""
+    if "action" not in r or r["action"] == "erase":
+        return True
+    err = (r.get("reply") or {}).get("error")
+    return bool(err) and err["message"].startswith(("Unable to restore slot", "Unable to save slot"))
+
+
+def strip(r: dict) -> dict:
+    r = {k: v for k, v in r.items() if k != "content"}
+    if isinstance(r.get("reply"), dict):
+        r["reply"] = {k: v for k, v in r["reply"].items() if k != "timings"}
+    return r
+
+
+def expected(name: str, completions_only: bool = False) -> list[dict]:
+    res = json.loads((DIR / f"{name}.llama-server.json").read_text())["results"]
+    return [strip(r) for r in res if log_visible(r) and not (completions_only and "action" in r)]
+
+
+def test_there_are_golden_traces():
+    assert len(TRACES) >= 29
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_log_gives_the_servers_answers(name):
+    rd = LogReader()
+    events = rd.read_file(DIR / f"{name}.llama-server.log")
+    got = [strip(r) for r in requests_json(events)]
+    want = expected(name)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{name}: result {i} differs"
+    assert len(got) == len(want)
+    assert rd.problems == [] and rd.n_resyncs == 0
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_events_match_the_schema_and_carry_the_logs_texts(name):
+    bus = EventBus(strict=True, max_log=None)
+    rd = LogReader(bus)
+    path = DIR / f"{name}.llama-server.log"
+    events = rd.read_file(path)
+    assert rd.problems == []  # a strict bus refusing an event would be reported here
+    typed = [e for e in events if e.kind != LOG]
+    assert [e.kind for e in bus.log] == [e.kind for e in events]  # plain lines reach the bus too (kind "log")
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert all(T.validate(e.kind, e.data) == [] for e in typed)
+    assert decisions(path.read_text().splitlines()) == decisions(e.message for e in events if e.message)
+    kinds = {e.kind for e in typed}
+    assert {T.INIT, T.TASK_LAUNCHED, T.TASK_DONE, T.PROMPT_PLAN, T.SLOT_DECISION, T.SLOT_SNAPSHOT} <= kinds
+
+
+def level_of(line: str) -> str | None:
+    """The level the server logs a line at (TRC prints with the letter I), None for an unknown line."""
+    ln = parse_line(line)
+    hit = match(ln.src, ln.msg) if ln.src else None
+    return hit[2] if hit else None
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_default_verbosity_still_gives_every_completion(name):
+    """Without its TRC and DBG lines the log still has the launch, the timings and the release lines
+    (INF): slot, prompt_n and tokens_cached are read, tokens_evaluated and cache_n are derived."""
+    lines = (DIR / f"{name}.llama-server.log").read_text().splitlines(True)
+    kept = [ln for ln in lines if level_of(ln) not in ("TRC", "DBG")]
+    assert len(kept) < len(lines)
+    rd = LogReader()
+    events = [e for ln in kept for e in rd.feed(ln)] + rd.flush()
+    got = [strip(r) for r in requests_json(events) if "action" not in r]
+    assert got == expected(name, completions_only=True)
+    assert not any(e.kind == T.CACHE_ALLOC for e in events)  # the saves are TRC lines
