@@ -109,6 +109,10 @@ def cmd_replay(argv: list[str]) -> int:
     ap.add_argument("-m", "--model", help="GGUF model (default: the embedded Gemma 3 270M)")
     ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
     ap.add_argument("--events", help="also write every engine event as JSON lines to this file")
+    ap.add_argument("--why", action="store_true", help="explain every miss (a request that reused less than the "
+                    "server held for it): where the prompt differed, which mechanism lost the rest, and the flag "
+                    "change that would have saved it, tried by replaying the trace up to that request")
+    ap.add_argument("--max-misses", type=int, default=5, help="with --why: how many misses get counterfactuals")
     args = ap.parse_args(argv)
     from slotlab.engine.replay import load_trace, replay
 
@@ -122,8 +126,19 @@ def cmd_replay(argv: list[str]) -> int:
         print(f"\rreplaying {i:4d}/{n} [{bar:<30}]", end="" if i < n else "\n", file=sys.stderr, flush=True) \
             if tty or i == n else None
 
+    if args.why:
+        from slotlab.counterfactual import diagnose_trace
+
+        diag = diagnose_trace(trace, max_misses=args.max_misses,
+                              progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        if args.json:
+            print(json.dumps(diag.as_json(), indent=1, ensure_ascii=False))
+        else:
+            print("\n".join(diag.lines()))
+        return 0
     out = replay(trace, progress=progress)
     eng = out.pop("engine")
+    out.pop("tasks")
     if args.events:
         eng.events.to_jsonl(args.events)
     if args.json:

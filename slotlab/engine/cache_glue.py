@@ -31,8 +31,9 @@ def scores_json(result: LoadResult) -> dict:
 class CacheGlue:
     """Prompt save / load / clear between slots, the memory and the RAM cache (None: `--cache-ram 0`)."""
 
-    def __init__(self, cache: PromptCache | None, memory: Memory, emit: Emitter):
+    def __init__(self, cache: PromptCache | None, memory: Memory, emit: Emitter, on_drop=None):
         self.cache, self.memory, self.emit = cache, memory, emit
+        self.on_drop = on_drop  # told of content the server throws away (for explanations)
 
     # -- reporting the cache's own decisions as this slot's / task's events -------------------------
 
@@ -56,10 +57,15 @@ class CacheGlue:
             fields.update(scores_json(result), preview=False)
         level = fields.pop("level", "TRC")
         message = fields.pop("message", "")
+        drop = (kind == T.CACHE_EVICT and entry is not None and self.on_drop is not None
+                and fields.get("reason") not in ("loaded", "obsolete_prefix"))  # a hit or a superseded prefix loses nothing
         for k, v in fields.items():  # events carry plain numbers (the cache computes in float32)
             if isinstance(v, np.floating):
                 fields[k] = float(v)
-        self.emit(kind, message, level=level, slot=sid, task=tid, **fields)
+        ev = self.emit(kind, message, level=level, slot=sid, task=tid, **fields)
+        if drop:
+            self.on_drop({"tokens": entry.tokens, "where": "entry", "id": entry.id, "reason": fields["reason"],
+                          "seq": ev.seq})
 
     def entry_json(self, e) -> dict:
         """What a view shows of an entry besides its size: the byte split, checkpoints, a text head."""
@@ -119,8 +125,10 @@ class CacheGlue:
 
     def prompt_clear(self, slot, reason: str = "clear") -> None:
         """`server_slot::prompt_clear`: the slot's KV, tokens and checkpoints are dropped."""
-        self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
-                  n_tokens=len(slot.tokens))
+        ev = self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
+                       n_tokens=len(slot.tokens))
+        if self.on_drop is not None and len(slot.tokens) and reason != "load_failed":
+            self.on_drop({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": reason, "seq": ev.seq})
         require_seq_rm(self.memory, slot.id, -1, -1)
         slot.tokens.clear()
         slot.checkpoints = []

@@ -18,6 +18,7 @@ the unit tests all run the same code. Nothing here knows about threads (driver.p
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from typing import Any, Callable
@@ -40,7 +41,7 @@ from slotlab.engine.slot_actions import SlotActions, check_slot_action
 from slotlab.engine.speculative import Speculative
 from slotlab.engine.task import Task, TaskError, TaskParams, TaskState, TaskType
 from slotlab.engine.task_queue import TaskQueue, cancelled_error
-from slotlab.engine.tokens import as_tokens
+from slotlab.engine.tokens import as_tokens, common_prefix
 from slotlab.errors import ConfigError, SlotlabError
 from slotlab.memory import Batch, Memory, check_memory, require_seq_rm
 
@@ -66,7 +67,10 @@ class ServerCore:
         if params.cache_ram != 0:
             kw = {"allocate": allocate} if allocate is not None else {}
             self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, **kw)
-        self.glue = CacheGlue(self.cache, memory, self.emit)
+        # what the server held and dropped lately (cleared slots, evicted entries): a miss whose prefix
+        # was dropped is explained by the drop (slotlab.explain); bounded, references only
+        self.dropped: collections.deque = collections.deque(maxlen=32)
+        self.glue = CacheGlue(self.cache, memory, self.emit, on_drop=self.dropped.append)
         self.cache_idle_slots = params.cache_idle_slots_effective
         self.checkpoints = CheckpointPolicy(memory, params.ctx_checkpoints, params.checkpoint_min_step, self.emit)
         self.spec = Speculative(memory, self.emit, params.draft_max, params.draft_min) if info.has_draft else None
@@ -247,15 +251,43 @@ class ServerCore:
             emit(T.SLOT_SELECTED_BY_LRU, f"selected slot by LRU, t_last = {sel.t_last}", level="INF",
                  slot=sel.id_slot, task=task.id, t_last=sel.t_last)
 
+    def _snippet(self, tokens, d: int, k: int = 6) -> str:
+        return self.vocab.detokenize(tokens[max(0, d - k):d + k]) if len(tokens) else ""
+
+    def held_prefix(self, task: Task) -> tuple[dict | None, dict | None]:
+        """What the server held for this prompt when it arrived: the longest common prefix with any
+        slot or RAM-cache entry (`held`), and with anything dropped lately (`lost`: a cleared slot,
+        an evicted entry), each with where it was and the text on both sides of the divergence.
+        Facts for explaining a miss; they decide nothing."""
+        toks = task.tokens
+        cands = [(s.tokens.get_common_prefix(toks), "slot", s.id, s.tokens.view()) for s in self.slots]
+        if self.cache is not None:
+            cands += [(common_prefix(e.tokens, toks), "entry", e.id, e.tokens) for e in self.cache.entries]
+        held = max(cands, key=lambda c: c[0], default=None)
+        lost = max(((common_prefix(d["tokens"], toks), d) for d in self.dropped), key=lambda c: c[0], default=None)
+
+        def side(lcp, held_toks) -> dict:
+            return {"lcp": int(lcp), "n_held": int(len(held_toks)), "prompt_text": self._snippet(toks, lcp),
+                    "held_text": self._snippet(held_toks, lcp)}
+
+        h = None if held is None or held[0] == 0 else {"where": held[1], "id": held[2], **side(held[0], held[3])}
+        lo = None
+        if lost is not None and lost[0] > 0:
+            d = lost[1]
+            lo = {"where": d["where"], "id": d["id"], "reason": d["reason"], "seq": d["seq"], **side(lost[0], d["tokens"])}
+        return h, lo
+
     def get_available_slot(self, task: Task) -> Slot | None:
         """Steps A-C (selection.py), then step D: the RAM-cache save / load / update (spec 1.4)."""
+        held, lost = self.held_prefix(task)
         sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.params.slot_prompt_similarity)
         self._emit_selection(sel, task)
         ret = None if sel.id_slot is None else self.slots[sel.id_slot]
         decision = {"how": sel.how, "f_sim": float(sel.f_sim_best),
                     "f_keep": None if sel.f_keep is None else float(sel.f_keep),
                     "update_cache": bool(sel.update_cache and self.cache is not None), "load": None,
-                    "id_requested": sel.id_requested}
+                    "id_requested": sel.id_requested, "held": held, "lost": lost,
+                    "checks": [(c.id_slot, c.skipped, c.lcp, c.f_sim) for c in sel.checks]}
         if ret is not None and sel.update_cache and self.cache is not None:
             self.emit(T.CACHE_UPDATE_BEGIN, "updating prompt cache", task=task.id)
             t0 = time.perf_counter()
@@ -416,6 +448,8 @@ class ServerCore:
         has_new = n_past < task.n_tokens
         pos_min_thold = max(0, pos_next - self.n_swa - (0 if has_new else 1))
         ckpt_mode = None
+        ckpts_before = [(c.pos_min, c.pos_max, c.n_tokens) for c in slot.checkpoints]
+        pos_min = None
         if 0 < n_past <= len(slot.tokens):
             pos_min = self.memory.pos_min(slot.id)
             if pos_min == -1:
@@ -429,6 +463,9 @@ class ServerCore:
                       f"task.n_tokens() = {task.n_tokens})", level="WRN", slot=slot)
             n_past -= 1
             self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
+        if n_past < len(slot.tokens):  # the rest of what the slot held is overwritten, unsaved
+            self.dropped.append({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": "overwritten",
+                                 "seq": self.events.n_events})
         slot.stats.n_prompt_cached = n_past
         slot.stats.n_prompt_processed = 0
         self.metrics.prompt_tokens_cached_total += n_past
@@ -437,7 +474,9 @@ class ServerCore:
         div = lcp if lcp < task.n_tokens else -1
         div_text = self.vocab.token_to_piece(int(inp[lcp])).decode("utf-8", "replace") if div >= 0 else ""
         self.emit(T.PROMPT_PLAN, "", slot=slot, n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode,
-                  origin=slot.origin, shifts=list(slot.shifts), divergence=div, div_text=div_text)
+                  origin=slot.origin, shifts=list(slot.shifts), divergence=div, div_text=div_text,
+                  checkpoints=ckpts_before, pos_min=pos_min, pos_min_thold=pos_min_thold,
+                  cache_prompt=task.params.cache_prompt, n_cache_reuse=task.params.n_cache_reuse)
         return True
 
     def _process_prompt(self, slot: Slot) -> None:

@@ -353,6 +353,15 @@ class SlotDecision(SelectionEvent):
     """Winning entry's f_sim (only when `load` is True)."""
     f_keep_base: Optional[float] = None
     """The slot's own f_keep it had to beat (only when `load` is True)."""
+    held: Optional[dict] = None
+    """At arrival, the longest common prefix with anything held: `{where: slot|entry, id, lcp, n_held,
+    prompt_text, held_text}` (texts: a few tokens on each side of the divergence); None when nothing
+    shares a token. Facts for `slotlab.explain`; they decide nothing."""
+    lost: Optional[dict] = None
+    """The same against content dropped lately (a cleared slot, an evicted entry), plus `reason` and
+    the `seq` of the event that dropped it."""
+    checks: Optional[list] = None
+    """Step B's scan as (id_slot, skipped, lcp, f_sim): `skipped` is `is_processing`, `empty` or None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -681,6 +690,16 @@ class PromptPlan(PromptEvent):
     """First position where the prompt differs from what the slot held (-1: none)."""
     div_text: str
     """The prompt's token at that position, as text ("" when none)."""
+    checkpoints: Optional[list] = None
+    """The slot's checkpoints before the rewind decision, as (pos_min, pos_max, n_tokens)."""
+    pos_min: Optional[int] = None
+    """The slot memory's pos_min when the rewind was decided (None when not needed)."""
+    pos_min_thold: Optional[int] = None
+    """`max(0, pos_next - n_swa ...)`: pos_min at or above it means a cut-back needs a checkpoint."""
+    cache_prompt: Optional[bool] = None
+    """The request's `cache_prompt`."""
+    n_cache_reuse: Optional[int] = None
+    """The request's effective `--cache-reuse` chunk size (0: off)."""
 
 
 @dataclass(frozen=True, kw_only=True)

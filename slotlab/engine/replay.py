@@ -126,8 +126,10 @@ def action_result(action: str, task) -> dict:
 
 
 def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, int], None] | None = None,
-           slot_save_path: str | None = None) -> dict:
-    """Replay `trace` on a new engine (or `engine`) in step mode; returns {"flags", "results", "engine"}."""
+           slot_save_path: str | None = None, memory_factory: Callable | None = None) -> dict:
+    """Replay `trace` on a new engine (or `engine`) in step mode; returns {"flags", "results", "engine",
+    "tasks"} (`tasks`: each request's Task, None for slot actions). `memory_factory(params)` gives the
+    memory to run on (default: the real model's context)."""
     from slotlab.engine.scheduler import Engine
 
     flags = resolve_flags(trace.flags, model)
@@ -137,7 +139,13 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
             tmp = tempfile.TemporaryDirectory(prefix="slotlab-slots-")
             flags += ["--slot-save-path", slot_save_path or tmp.name]
         install_files(trace, flags[flags.index("--slot-save-path") + 1])
-        engine = Engine(flags, model=model)
+        if memory_factory is not None:
+            from slotlab.engine.params import ServerParams
+
+            params = ServerParams.from_args(flags)
+            engine = Engine(params, memory=memory_factory(params))
+        else:
+            engine = Engine(flags, model=model)
     tasks: list[tuple[dict, Any]] = []
     n = len(trace.requests)
     for i, r in enumerate(trace.requests):
@@ -161,4 +169,5 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
     results = [action_result(r["action"], t) if "action" in r else request_result(t) for r, t in tasks]
     if tmp is not None:
         tmp.cleanup()
-    return {"flags": trace.flags, "results": results, "engine": engine}
+    return {"flags": trace.flags, "results": results, "engine": engine,
+            "tasks": [None if "action" in r else t for r, t in tasks]}

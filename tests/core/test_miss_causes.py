@@ -1,0 +1,117 @@
+"""A cause for every miss, and the flag that would have saved it (slotlab.explain, slotlab.counterfactual).
+
+Each scenario makes one mechanism lose tokens the server held; the test asserts the cause the explainer
+names, then replays the trace up to that request with the suggested flag and requires the saving.
+Runs on the fake memory (a sliding window of 512 like Gemma 3's unless --swa-full): seconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from slotlab.counterfactual import diagnose_trace, flag_change
+from slotlab.engine.replay import parse_trace
+from slotlab.memory.fake import FakeMemory
+
+SYS = "You are the support assistant of a bicycle shop. Policies: be kind, be brief, be exact. " * 2
+
+
+def fake(params):
+    """The fake memory for a parsed command line: SWA 512 unless --swa-full."""
+    unified = params.kv_unified_effective
+    n_ctx = params.n_ctx_requested or 4096
+    return FakeMemory(n_slots=params.n_slots, n_ctx=n_ctx, kv_unified=unified, n_swa=0 if params.swa_full else 512,
+                      n_ubatch=params.n_ubatch, n_batch=params.n_batch)
+
+
+def diag(flags: str, requests: list[dict], **kw):
+    trace = parse_trace({"flags": flags.split(), "requests": requests})
+    return diagnose_trace(trace, memory_factory=fake, **kw)
+
+
+def only_miss(d, cause: str):
+    assert [m.cause for _, m in d.misses] == [cause], d.lines()
+    return d.misses[0][1]
+
+
+def test_no_checkpoint_on_a_window_memory_is_saved_by_swa_full():
+    """Defaults but no checkpoints: a follow-up that cuts back into the slot must re-process all."""
+    r = [{"prompt": SYS + "user: my brakes squeal", "n_predict": 4},
+         {"prompt": SYS + "user: my brakes squeal. assistant: ok. user: and the chain?", "n_predict": 4}]
+    d = diag("-np 1 -c 4096 --cache-ram 0 --ctx-checkpoints 0", r)
+    i, m = d.misses[0]
+    assert (i, m.cause) == (1, "no_checkpoint") and m.n_past == 0 and m.lost > 100
+    assert "pos_min 0 >= 0" in m.detail and "--swa-full" in m.suggest
+    best = d.best(1)
+    assert best is not None and best.saved > 100
+    assert best.flags in (["--swa-full"], ["--ctx-checkpoints", "64"])
+
+
+def test_checkpoints_erased_by_the_cap_name_the_cap_and_a_bigger_cap_saves():
+    # many user turns at -cms 0 fill a cap of 2; a branch back to turn 1 finds its checkpoint gone
+    turns = [SYS + "".join(f" user: question {k}. assistant: answer {k}." for k in range(j)) for j in range(1, 6)]
+    r = [{"prompt": t, "n_predict": 2, "message_delimiters": [{"role": "user", "delimiter": " user:"}]} for t in turns]
+    r.append({"prompt": turns[0] + " user: a different second question", "n_predict": 2,
+              "message_delimiters": [{"role": "user", "delimiter": " user:"}]})
+    d = diag("-np 1 -c 4096 --cache-ram 0 --ctx-checkpoints 2 --checkpoint-min-step 0", r)
+    i, m = d.misses[-1]
+    assert i == 5 and m.cause in ("no_checkpoint", "checkpoint_early")
+    if m.cause == "no_checkpoint":
+        assert "erased by the --ctx-checkpoints cap" in m.detail and m.suggest[0] == "--ctx-checkpoints 4"
+    assert d.best(5) is not None and d.best(5).saved > 0
+
+
+def test_overwritten_conversation_is_saved_by_the_ram_cache():
+    """Two users on one slot without a RAM cache: Bob's prompt overwrites Alice's conversation."""
+    alice = SYS + "user: Alice asks about tyres"
+    r = [{"prompt": alice, "n_predict": 4},
+         {"prompt": "Bob has a totally different question about opening hours", "n_predict": 4},
+         {"prompt": alice + " and tubes", "n_predict": 4}]
+    d = diag("-np 1 -c 4096 --cache-ram 0 --swa-full", r)
+    m = only_miss(d, "dropped")
+    assert "overwritten" in m.detail and m.suggest[0] == "--cache-ram 8192"
+    assert d.best(2).saved >= len(SYS)  # the RAM cache keeps Alice's prefix across Bob's request
+
+
+def test_busy_holder_is_saved_by_another_slot():
+    alice = SYS + "user: Alice asks about tyres"
+    r = [{"prompt": alice, "n_predict": 2, "id_slot": 0},
+         {"prompt": alice + " -- and a long answer, please", "n_predict": 40, "wait": False},  # slot 0, busy
+         {"prompt": alice + " and tubes", "n_predict": 2}]
+    d = diag("-np 2 -c 4096 --cache-ram 0 --swa-full", r)
+    m = only_miss(d, "busy")
+    assert "slot 0 held" in m.detail and m.suggest == ["send it with id_slot 0 (it then waits for that slot)"]
+    assert d.tried[2] == []  # no flag to try: the honest advice is a request field
+
+
+def test_similarity_threshold_names_the_sps_that_would_have_picked_the_holder():
+    alice = SYS + "user: Alice asks about tyres"
+    longer = alice + " and also " + "many other things in a very long follow-up message " * 12
+    r = [{"prompt": "x", "n_predict": 2, "id_slot": 0},  # slot 0 released first: the LRU one
+         {"prompt": alice, "n_predict": 2, "id_slot": 1},
+         {"prompt": longer, "n_predict": 2}]
+    d = diag("-np 2 -c 4096 --cache-ram 0 -sps 0.9 --swa-full", r)
+    m = only_miss(d, "threshold")
+    fl = flag_change(m.suggest[0])
+    assert fl[0] == "-sps" and float(fl[1]) < 0.9
+    assert d.best(2) is not None and d.best(2).saved > 100
+
+
+def test_cache_prompt_false_is_its_own_cause():
+    r = [{"prompt": SYS + "one", "n_predict": 2}, {"prompt": SYS + "two", "n_predict": 2, "cache_prompt": False}]
+    d = diag("-np 1 -c 4096 --cache-ram 0 --swa-full", r)
+    assert only_miss(d, "cache_prompt_off").lost > 100
+
+
+def test_totals_by_cause_add_up():
+    alice = SYS + "user: Alice asks about tyres"
+    r = [{"prompt": alice, "n_predict": 4}, {"prompt": "Bob: opening hours?", "n_predict": 4},
+         {"prompt": alice + " and tubes", "n_predict": 4}]
+    d = diag("-np 1 -c 4096 --cache-ram 0 --swa-full", r, max_misses=0)
+    assert sum(d.lost_by_cause.values()) == sum(m.lost for _, m in d.misses) > 0
+    assert d.lines()[-1].startswith("tokens lost by cause: dropped")
+
+
+@pytest.mark.parametrize("s,want", [("--ctx-checkpoints 64", ["--ctx-checkpoints", "64"]), ("-sps 0.05", ["-sps", "0.05"]),
+                                    ("--swa-full", ["--swa-full"]), ("more slots (-np)", None)])
+def test_flag_change_parses_only_flags(s, want):
+    assert flag_change(s) == want
