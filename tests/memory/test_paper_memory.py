@@ -1,0 +1,230 @@
+"""The paper memory without a real context: profiles from GGUF headers of any size, the engine
+running multi-turn conversations on paper, blobs that occupy no memory. No model is loaded here."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from slotlab.engine.params import ServerParams
+from slotlab.engine.scheduler import Engine
+from slotlab.errors import ConfigError, ShiftNotSupported
+from slotlab.memory import check_memory
+from slotlab.memory.base import Batch
+from slotlab.memory.paper import PaperAllocator, PaperBlob, PaperMemory, PaperVocab, paper_allocate, paper_sizes
+from slotlab.memory.profile import GGUFError, ModelProfile, read_gguf_kv
+
+
+@pytest.fixture(scope="module")
+def gemma() -> ModelProfile:
+    return ModelProfile.default()
+
+
+# ---------------------------------------------------------------------------- a GGUF header, no weights
+
+def _gguf(path, kv: dict, n_tensors: int = 723) -> None:
+    """A GGUF file with metadata only (the tensor section is never read)."""
+
+    def s(x: str) -> bytes:
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    out = [b"GGUF", struct.pack("<IQQ", 3, n_tensors, len(kv))]
+    for k, v in kv.items():
+        out.append(s(k))
+        if isinstance(v, str):
+            out.append(struct.pack("<I", 8) + s(v))
+        elif isinstance(v, bool):
+            out.append(struct.pack("<I?", 7, v))
+        elif isinstance(v, int):
+            out.append(struct.pack("<II", 4, v))
+        elif isinstance(v, float):
+            out.append(struct.pack("<If", 6, v))
+        elif isinstance(v, list) and v and isinstance(v[0], str):
+            out.append(struct.pack("<IIQ", 9, 8, len(v)) + b"".join(s(x) for x in v))
+        elif isinstance(v, list):
+            out.append(struct.pack("<IIQ", 9, 5, len(v)) + struct.pack(f"<{len(v)}i", *v))
+    path.write_bytes(b"".join(out) + b"\0" * 64)
+
+
+def _llama70b(path) -> None:
+    _gguf(path, {"general.architecture": "llama", "general.name": "Llama 3.3 70B", "llama.block_count": 80,
+                 "llama.context_length": 131072, "llama.embedding_length": 8192, "llama.attention.head_count": 64,
+                 "llama.attention.head_count_kv": 8, "llama.rope.freq_base": 500000.0,
+                 "tokenizer.ggml.tokens": [f"t{i}" for i in range(128256)]})
+
+
+def test_profile_of_a_70b_header(tmp_path):
+    _llama70b(tmp_path / "llama70b.gguf")
+    p = ModelProfile.from_gguf(tmp_path / "llama70b.gguf")
+    assert (p.architecture, p.n_layer, p.n_ctx_train, p.n_vocab, p.n_swa, p.is_swa_model) == \
+           ("llama", 80, 131072, 128256, 0, False)
+    assert p.n_embd_head_k == p.n_embd_head_v == 128 and set(p.n_head_kv) == {8} and p.notes == ()
+    assert p.bytes_per_token() == 80 * 2 * 8 * 128 * 2  # 320 KiB per token in f16
+    mem = PaperMemory(p, n_ctx=32768, n_slots=4)
+    assert mem.info.can_shift and mem.info.n_swa == 0 and not mem.info.needs_checkpoints
+    sizes = paper_sizes(p, 100_000, n_ctx=131072)
+    per_cell = 12 + p.bytes_per_token()
+    assert sizes["state"] == 8 + 4 + 4 + 100_000 * per_cell + 8 + 80 * 24
+    assert sizes["partial"] == sizes["state"]  # a plain KV cache ignores PARTIAL_ONLY
+    assert ModelProfile.from_json(p.to_json()) == p
+
+
+def test_swa_patterns_and_unknown_keys(tmp_path):
+    base = {"block_count": 12, "context_length": 8192, "embedding_length": 1024, "attention.head_count": 8,
+            "attention.head_count_kv": 4}
+    _gguf(tmp_path / "g2.gguf", {"general.architecture": "gemma2", **{f"gemma2.{k}": v for k, v in base.items()}})
+    g2 = ModelProfile.from_gguf(tmp_path / "g2.gguf")
+    assert g2.n_swa == 4096 and g2.swa_layers == (True, False) * 6  # gemma2: the default window, 1 of 2
+    _gguf(tmp_path / "oss.gguf", {"general.architecture": "gpt-oss", "gpt-oss.attention.sliding_window": 128,
+                                  "gpt-oss.attention.sliding_window_pattern": [1, 0] * 6,
+                                  **{f"gpt-oss.{k}": v for k, v in base.items()}})
+    oss = ModelProfile.from_gguf(tmp_path / "oss.gguf")
+    assert oss.n_swa == 128 and oss.swa_layers == (True, False) * 6
+    _gguf(tmp_path / "x.gguf", {"general.architecture": "mystery", "mystery.attention.sliding_window": 256,
+                                **{f"mystery.{k}": v for k, v in base.items()}})
+    x = ModelProfile.from_gguf(tmp_path / "x.gguf")
+    assert not x.is_swa_model and x.notes  # said, not guessed silently
+    _gguf(tmp_path / "m.gguf", {"general.architecture": "mamba", **{f"mamba.{k}": v for k, v in base.items()}})
+    with pytest.raises(NotImplementedError, match="recurrent"):
+        PaperMemory(ModelProfile.from_gguf(tmp_path / "m.gguf"))
+    (tmp_path / "bad.gguf").write_bytes(b"NOPE" + b"\0" * 40)
+    with pytest.raises(GGUFError, match="not a GGUF"):
+        read_gguf_kv(tmp_path / "bad.gguf")
+
+
+def test_json_profile_for_a_model_the_user_does_not_have(gemma):
+    p = ModelProfile.from_json({"architecture": "gemma3", "n_layer": 62, "n_ctx_train": 131072, "n_vocab": 262208,
+                                "n_head_kv": 16, "n_embd_head_k": 128, "n_embd_head_v": 128, "n_swa": 1024,
+                                "swa_type": "standard", "swa_layers": "SSSSSF" * 10 + "SS"})
+    mem = PaperMemory(p, n_ctx=65536, n_slots=2)
+    assert mem.info.n_swa == 1024 and not mem.info.can_shift and mem.info.needs_checkpoints
+    with pytest.raises(ValueError, match="unknown model profile field"):
+        ModelProfile.from_json({"architecture": "x", "bogus": 1})
+    with pytest.raises(ConfigError, match="training context"):
+        PaperMemory(gemma, n_ctx=65536, n_slots=1)
+
+
+# ---------------------------------------------------------------------------- memory behaviour
+
+def test_blobs_are_virtual_and_round_trip(gemma):
+    mem = PaperMemory(gemma, n_ctx=32768, n_slots=2, kv_unified=True)
+    check_memory(mem)
+    b = Batch(2048)
+    for p0 in range(0, 18_000, 2048):
+        b.clear()
+        b.add_seq(np.arange(p0, p0 + 2048, dtype=np.int32) % 1000 + 10, p0, 0)
+        assert mem.decode(b, 0, 2048) == 0
+    size = mem.state_size(0)
+    assert size > 60 * 2**20  # ~64 MiB of state ...
+    blob = mem.state_get(0)
+    assert isinstance(blob, PaperBlob) and len(blob) == blob.nbytes == size
+    assert blob.copy().payload is blob.payload  # ... that costs nothing to hold or copy
+    assert mem.state_set(blob, 1) == 0 and mem.pos_max(1) == -1  # 2 x 18432 cells > the 32768-cell pool
+    mem.seq_rm(0, 8000, -1)
+    blob = mem.state_get(0)
+    size = len(blob)
+    assert mem.state_set(blob, 1) == size and mem.state_size(1) == size
+    assert (mem.pos_min(1), mem.pos_max(1)) == (mem.pos_min(0), mem.pos_max(0))
+    ck = mem.state_get(0, partial=True)
+    raw = bytes(ck)  # materialized: llama.cpp's byte format, restorable like the blob itself
+    assert len(raw) == len(ck) and mem.state_set(raw, 1, partial=True) == len(ck)
+    assert mem.state_set(ck, 1) == 0  # a checkpoint blob is not a full state
+    assert mem.state_set(ck, 1, partial=True) == len(ck)
+    assert mem.state_set(paper_allocate(size), 1) == 0  # an unfilled buffer: wrong magic
+    with pytest.raises(ShiftNotSupported):
+        mem.seq_add(0, 0, 10, -5)
+
+
+def test_sampler_and_vocab(gemma):
+    mem = PaperMemory(gemma, n_ctx=4096, n_slots=1)
+    v = mem.vocab
+    assert isinstance(v, PaperVocab) and v.n_vocab == gemma.n_vocab
+    b = Batch(8)
+    b.add_seq(np.array([5, 6, 7], dtype=np.int32), 0, 0, logits_last=True)
+    assert mem.decode(b, 0, 3) == 0
+    smp = mem.sampler(temperature=0.0, seed=1, ignore_eos=False)
+    t = smp.sample(2)
+    assert v.gen_lo <= t < v.eog and not v.is_eog(t) and t == smp.sample(2)
+    with pytest.raises(ValueError, match="no logits"):
+        smp.sample(0)
+    with pytest.raises(NotImplementedError, match="tokenizer"):
+        v.tokenize("hello")
+
+
+def test_allocator_budget():
+    alloc = PaperAllocator(limit_bytes=1000)
+    a = alloc(600)
+    with pytest.raises(MemoryError):
+        alloc(600)
+    del a
+    assert alloc.live_bytes == 0 and alloc.peak_bytes == 600
+    assert len(alloc(900)) == 900
+
+
+# ---------------------------------------------------------------------------- the engine on paper
+
+def _conversations(eng: Engine, n_turns: int, n_convs: int, sys_len: int = 1200, n_predict: int = 16):
+    rng = np.random.default_rng(0)
+    gen_lo = eng.memory.vocab.gen_lo if hasattr(eng.memory.vocab, "gen_lo") else 200_000
+    prompts = [[2] + rng.integers(10, gen_lo, sys_len).tolist() for _ in range(n_convs)]
+    results = []
+    for turn in range(n_turns):
+        for c in range(n_convs):
+            prompts[c] += rng.integers(10, gen_lo, 300 + 50 * c).tolist()
+            t = eng.submit(np.array(prompts[c], dtype=np.int32), n_predict=n_predict)
+            eng.run_until(lambda: t.done)
+            assert t.error is None, t.error
+            prompts[c] += t.result["tokens"]
+            results.append((turn, c, t.result))
+    return results
+
+
+@pytest.mark.parametrize("flags", [
+    "-np 2 -c 16384 --cache-ram 512 --ctx-checkpoints 4",
+    "-np 2 -c 16384 -kvu --cache-ram 512 --swa-full",
+    "-np 1 -c 8192 --cache-ram 1024 -md DEFAULT --spec-type draft-simple --spec-draft-n-max 4",
+])
+def test_engine_multi_turn_on_paper(gemma, flags):
+    from slotlab.memory.profile import default_model_gguf
+
+    flags = flags.replace("DEFAULT", str(default_model_gguf()))
+    params = ServerParams.from_args(flags)
+    mem = PaperMemory.from_params(params, profile=gemma)
+    alloc = PaperAllocator()
+    eng = Engine(params, memory=mem, allocate=alloc)
+    results = _conversations(eng, n_turns=3, n_convs=3)
+    later = [r for turn, _, r in results if turn > 0]
+    assert all(r["timings"]["cache_n"] > 1000 for r in later)  # every follow-up reused its conversation
+    kinds = {ev.kind for ev in eng.events.log}
+    assert "cache_loaded" in kinds  # three conversations on fewer slots: the RAM cache carried them
+    for e in eng.cache.entries:
+        assert isinstance(e.main, PaperBlob) and e.main.payload is not None
+        assert len(e.drft) == (len(e.main) if params.speculative else 0)
+    assert alloc.peak_bytes > 20 * 2**20  # tens of MiB of "state" in the cache, none of it allocated
+    if not params.swa_full:
+        assert "checkpoint_created" in kinds and mem.info.needs_checkpoints
+    if params.speculative:
+        assert eng.metrics.spec_draft_tokens_total > 0
+        assert 0 < eng.metrics.spec_accepted_tokens_total < eng.metrics.spec_draft_tokens_total
+        for s in eng.slots:
+            assert mem.dft.pos_max(s.id) == mem.pos_max(s.id) == len(s.tokens) - 1
+    eng.close()
+
+
+def test_slot_save_and_restore_on_paper(gemma, tmp_path):
+    params = ServerParams.from_args(f"-np 1 -c 4096 --slot-save-path {tmp_path} --no-slot-appendices")
+    eng = Engine(params, memory=PaperMemory.from_params(params, profile=gemma), allocate=paper_allocate)
+    t = eng.submit(np.arange(10, 1510, dtype=np.int32), n_predict=4)
+    eng.run_until(lambda: t.done)
+    s = eng.slot_action("save", 0, "a.bin")
+    eng.run_until(lambda: s.done)
+    assert s.error is None and s.result["n_written"] == (tmp_path / "a.bin").stat().st_size
+    n_state = eng.memory.state_size(0)
+    e = eng.slot_action("erase", 0)
+    eng.run_until(lambda: e.done)
+    r = eng.slot_action("restore", 0, "a.bin")
+    eng.run_until(lambda: r.done)
+    assert r.error is None and r.result["n_restored"] == 1503 and eng.memory.state_size(0) == n_state
