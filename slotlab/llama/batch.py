@@ -11,73 +11,22 @@ import ctypes
 
 import numpy as np
 
+from slotlab.batch import Batch as PlannedBatch
 from slotlab.llama._lib import lib
 
 _i32p = ctypes.POINTER(ctypes.c_int32)
 
 
-class Batch:
-    """Tokens of several sequences at explicit positions; one sequence per token (as the server)."""
+class Batch(PlannedBatch):
+    """A planned batch (slotlab.batch) that llama.cpp can read: `view()` is the C struct of a window."""
 
     def __init__(self, capacity: int, *, arrays=None):
-        if capacity < 1:
-            raise ValueError(f"batch capacity must be >= 1, got {capacity}")
-        self.capacity = int(capacity)
-        if arrays is not None:
-            # share another owner's buffers (the core's planned batch): no copy per decode
-            self.token, self.pos, self.seq, self.logits = (arrays.token, arrays.pos, arrays.seq, arrays.logits)
-            for name, dt in (("token", np.int32), ("pos", np.int32), ("seq", np.int32), ("logits", np.int8)):
-                a = getattr(self, name)
-                if a.dtype != dt or len(a) < capacity or not a.flags.c_contiguous:
-                    raise ValueError(f"shared batch array {name!r} must be contiguous {np.dtype(dt).name}[>= {capacity}]")
-        else:
-            self.token = np.zeros(capacity, dtype=np.int32)
-            self.pos = np.zeros(capacity, dtype=np.int32)
-            self.seq = np.zeros(capacity, dtype=np.int32)
-            self.logits = np.zeros(capacity, dtype=np.int8)
+        super().__init__(capacity, arrays=arrays)
         self.n_seq_id = np.ones(capacity, dtype=np.int32)
         # seq_id is `llama_seq_id **`: row i points at self.seq[i].
         self._seq_ptrs = (ctypes.c_void_p * capacity)(
             *[self.seq.ctypes.data + 4 * i for i in range(capacity)]
         )
-        self.n_tokens = 0
-
-    def __len__(self) -> int:
-        return self.n_tokens
-
-    def clear(self) -> None:
-        self.n_tokens = 0
-
-    def _room(self, n: int) -> int:
-        i = self.n_tokens
-        if i + n > self.capacity:
-            raise ValueError(f"batch full: {i} + {n} tokens > capacity {self.capacity}")
-        return i
-
-    def add(self, token: int, pos: int, seq_id: int, logits: bool = False) -> int:
-        """Append one token; returns its index in the batch (the logits index when `logits`)."""
-        i = self._room(1)
-        self.token[i], self.pos[i], self.seq[i], self.logits[i] = token, pos, seq_id, logits
-        self.n_tokens = i + 1
-        return i
-
-    def add_seq(self, tokens, pos0: int, seq_id: int, *, logits_last: bool = False) -> int:
-        """Append a run of tokens of one sequence at positions pos0, pos0+1, ...; returns the index
-        of the last one (its logits are requested when `logits_last`)."""
-        toks = np.asarray(tokens, dtype=np.int32)
-        n = len(toks)
-        if n == 0:
-            raise ValueError("add_seq() needs at least one token")
-        i = self._room(n)
-        j = i + n
-        self.token[i:j] = toks
-        self.pos[i:j] = np.arange(pos0, pos0 + n, dtype=np.int32)
-        self.seq[i:j] = seq_id
-        self.logits[i:j] = 0
-        if logits_last:
-            self.logits[j - 1] = 1
-        self.n_tokens = j
-        return j - 1
 
     def view(self, offset: int = 0, n: int | None = None) -> "lib.llama_batch":
         """The C struct for tokens [offset, offset+n) — what one `llama_decode` chunk sees."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from slotlab.batch import Batch
 from slotlab.errors import SlotlabError
 
 # `common_context_seq_rm_type` (CH:1007-1012; probed by CC:1491) as plain strings: how far back a sequence can be truncated.
@@ -48,60 +49,6 @@ class MemoryInfo:
         back freely (recurrent / hybrid, or SWA without --swa-full) needs context checkpoints."""
         return self.seq_rm_type in (SEQ_RM_FULL, SEQ_RM_RS) or self.n_swa > 0
 
-
-class Batch:
-    """The batch the core plans: token, position, sequence and logits flag per row, numpy-owned.
-
-    The server fills one batch with the sampled token of every generating slot and the prompt tokens
-    of every slot processing a prompt, then decodes it in `n_batch` chunks. A memory decodes a
-    window [off, off+n) of these arrays; the llama memory hands the same buffers to llama.cpp with no
-    copy."""
-
-    def __init__(self, capacity: int):
-        if capacity < 1:
-            raise ValueError(f"batch capacity must be >= 1, got {capacity}")
-        self.capacity = int(capacity)
-        self.token = np.zeros(capacity, dtype=np.int32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.seq = np.zeros(capacity, dtype=np.int32)
-        self.logits = np.zeros(capacity, dtype=np.int8)
-        self.n_tokens = 0
-
-    def __len__(self) -> int:
-        return self.n_tokens
-
-    def clear(self) -> None:
-        self.n_tokens = 0
-
-    def _room(self, n: int) -> int:
-        i = self.n_tokens
-        if i + n > self.capacity:
-            raise ValueError(f"batch full: {i} + {n} tokens > capacity {self.capacity}")
-        return i
-
-    def add(self, token: int, pos: int, seq_id: int, logits: bool = False) -> int:
-        """Append one token; returns its row (the logits index when `logits`)."""
-        i = self._room(1)
-        self.token[i], self.pos[i], self.seq[i], self.logits[i] = token, pos, seq_id, logits
-        self.n_tokens = i + 1
-        return i
-
-    def add_seq(self, tokens, pos0: int, seq_id: int, *, logits_last: bool = False) -> int:
-        """Append a run of one sequence at positions pos0, pos0+1, ...; returns the last row."""
-        toks = np.asarray(tokens, dtype=np.int32)
-        n = len(toks)
-        if n == 0:
-            raise ValueError("add_seq() needs at least one token")
-        i = self._room(n)
-        j = i + n
-        self.token[i:j] = toks
-        self.pos[i:j] = np.arange(pos0, pos0 + n, dtype=np.int32)
-        self.seq[i:j] = seq_id
-        self.logits[i:j] = 0
-        if logits_last:
-            self.logits[j - 1] = 1
-        self.n_tokens = j
-        return j - 1
 
 
 class SlotSampler(Protocol):
