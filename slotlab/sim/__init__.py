@@ -1,0 +1,7 @@
+"""slotlab simulate: the server's decisions on a paper memory, on a simulated clock (issue 12).
+
+* `memory.SimMemory` - the paper memory with scripted generations and decode accounting;
+* `paper_replay.replay_on_paper` - `slotlab replay --memory paper`;
+* `speed.SpeedModel` - step time from the batch (calibrated or given);
+* `traces` - importers (slotlab trace JSON with arrival times, Mooncake JSONL);
+* `simulate.simulate` - the event-driven run and its report."""

@@ -1,0 +1,82 @@
+"""`SimMemory`: the paper memory (slotlab/memory/paper.py) with what a simulation needs on top.
+
+* **Scripted generations**: `scripts[task_id]` = the token ids a request generated when it was
+  recorded (a golden trace's answer, a trace that carries its outputs); the sampler returns them in
+  order and falls back to the paper memory's placeholders (ids that match no prompt token) after
+  the script, or for a request without one. Which request a sampler serves is looked up in the
+  core's slots (`bind(core)`), since the memory interface's `sampler()` is not told.
+* **Decode accounting** for a simulated clock: `decoded` collects `(n_tokens, n_seqs)` of every
+  successful target decode; the simulator reads and clears it after each engine step.
+
+Nothing else differs from `PaperMemory`: every decision the core takes on it is the one it takes
+on a `PaperMemory`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from slotlab.memory.paper import PaperMemory
+
+__all__ = ["SimMemory"]
+
+
+class _ScriptSampler:
+    def __init__(self, mem: "SimMemory", base):
+        self.mem, self.base = mem, base
+        self._script: Any = False  # False = not looked up yet; None = no script
+
+    def _lookup(self):
+        core = self.mem.core
+        if core is not None:
+            for s in core.slots:
+                if s.sampler is self and s.task is not None:
+                    return self.mem.scripts.get(s.task.id), s
+        return None, None
+
+    def sample(self, i: int) -> int:
+        if self._script is False:
+            self._script, self._slot = self._lookup()
+        sc = self._script
+        if sc is not None:
+            k = len(self._slot.generated)
+            if k < len(sc):
+                self.mem.base_sample(i)  # the same checks (logits requested for row i)
+                return int(sc[k])
+        return self.base.sample(i)
+
+    def close(self) -> None:
+        self.base.close()
+
+
+class SimMemory(PaperMemory):
+    """A `PaperMemory` with scripted generations and decode accounting (module docstring)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.core = None
+        self.scripts: dict[int, np.ndarray] = {}
+        self.decoded: list[tuple[int, int]] = []
+
+    def bind(self, core) -> "SimMemory":
+        """The core whose slots tell which task a sampler serves (Engine(...).core)."""
+        self.core = core
+        return self
+
+    def base_sample(self, i: int) -> int:
+        rows = self._last
+        if rows is None or not 0 <= i < len(rows[0]) or not rows[2][i]:
+            raise ValueError(f"no logits for batch index {i} of the last decode")
+        return 0
+
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool):
+        base = super().sampler(temperature=temperature, seed=seed, ignore_eos=ignore_eos)
+        return _ScriptSampler(self, base) if self.scripts else base
+
+    def decode(self, batch, off: int, n: int) -> int:
+        ret = super().decode(batch, off, n)
+        if ret == 0:
+            seq = batch.seq[off:off + n]
+            self.decoded.append((n, int(len(np.unique(seq))) if n > 1 else 1))
+        return ret

@@ -1,0 +1,86 @@
+"""Replay a trace on the paper memory: `slotlab replay --memory paper TRACE`.
+
+The same requests in the same order as `slotlab.engine.replay.replay`, on a `SimMemory` (a
+`PaperMemory`) sized from the model's GGUF header, with the RAM cache's and checkpoints' state blobs
+as `PaperBlob`s (`PaperAllocator`: real sizes, no bytes). Text prompts are tokenized with the real
+model's vocabulary (`vocab=`, a loaded `slotlab.llama.Model`); nothing is decoded.
+
+`outputs` (optional): per request, the token ids it generated when it was recorded (e.g. the real
+server's answers, tokenized): the paper sampler returns them instead of placeholders, so decisions
+that depend on what the model wrote (a follow-up prompt that repeats it) come out as recorded."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from slotlab.engine.replay import Trace, install_files, replay, resolve_flags
+from slotlab.memory.paper import PaperAllocator
+from slotlab.sim.memory import SimMemory
+
+__all__ = ["paper_engine", "replay_on_paper", "recorded_outputs"]
+
+
+def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_bytes: int | None = None):
+    """An `Engine` on a `SimMemory` for llama-server `flags` (a list, string or ServerParams), with a
+    `PaperAllocator` (returned as `engine.allocator`)."""
+    from slotlab.engine.params import ServerParams
+    from slotlab.engine.scheduler import Engine
+
+    params = flags if isinstance(flags, ServerParams) else ServerParams.from_args(flags)
+    mem = SimMemory.from_params(params, profile=profile, vocab=vocab)
+    alloc = PaperAllocator(limit_bytes=limit_bytes)
+    eng = Engine(params, memory=mem, allocate=alloc)
+    mem.bind(eng.core)
+    eng.allocator = alloc
+    return eng
+
+
+def recorded_outputs(answers: dict | str | Path, vocab) -> list[np.ndarray | None]:
+    """Per request of a recorded answer file (`*.llama-server.json`), its `content` tokenized with
+    `vocab` (None for slot actions, errors and empty answers)."""
+    if not isinstance(answers, dict):
+        answers = json.loads(Path(answers).read_text())
+    out: list[np.ndarray | None] = []
+    for r in answers["results"]:
+        c = r.get("content") if "action" not in r else None
+        out.append(np.asarray(vocab.tokenize(c, add_special=False, parse_special=False), dtype=np.int32)
+                   if c else None)
+    return out
+
+
+def replay_on_paper(trace: Trace, *, vocab=None, model=None, outputs: Sequence | None = None, profile=None,
+                    progress: Callable[[int, int], None] | None = None, slot_save_path: str | None = None) -> dict:
+    """`replay(trace)` on a paper memory; the same return value ({"flags", "results", "engine", "tasks"}).
+    `vocab` (or `model`, a loaded `slotlab.llama.Model`) tokenizes text prompts; `outputs` scripts the
+    generations (module docstring)."""
+    vocab = vocab if vocab is not None else model
+    flags = resolve_flags(trace.flags, model)
+    tmp = None
+    if "--slot-save-path" not in flags:
+        tmp = tempfile.TemporaryDirectory(prefix="slotlab-slots-")
+        flags += ["--slot-save-path", slot_save_path or tmp.name]
+    install_files(trace, flags[flags.index("--slot-save-path") + 1])
+    eng = paper_engine(flags, vocab=vocab, profile=profile)
+    if outputs is not None:
+        mem, submit = eng.memory, eng.submit
+        it = iter([o for r, o in zip(trace.requests, outputs) if "action" not in r])
+
+        def scripted_submit(prompt, **kw):
+            t = submit(prompt, **kw)
+            o = next(it, None)
+            if o is not None and len(o):
+                mem.scripts[t.id] = np.asarray(o, dtype=np.int32)
+            return t
+
+        eng.submit = scripted_submit  # this engine only: replay() submits through it
+    try:
+        out = replay(trace, engine=eng, progress=progress)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return out

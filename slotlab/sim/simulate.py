@@ -1,0 +1,256 @@
+"""`slotlab simulate`: a trace on the paper memory, on a simulated clock.
+
+The decisions are the engine's own: the real `ServerCore` runs step by step (one `update_slots` a
+step) on a `SimMemory`, exactly as `slotlab replay --memory paper` runs it. What is simulated is
+time: each step costs what the speed model says its decodes cost (`SpeedModel.decode_time` of each
+decode's token count); a request is submitted when the clock reaches its arrival; when the server
+is idle the clock jumps to the next arrival (a discrete-event clock: nothing happens in between, so
+nothing is computed). Concurrency, deferral, idle-slot saves and the queue follow from the arrivals.
+
+Generated tokens come from the trace where it has them (`output`), otherwise they are the paper
+memory's placeholders (ids that match no prompt token).
+
+The report: per request slot, cache_n, prompt_n, queue wait, TTFT, end; totals: prompt tokens
+reused vs prefilled, the infinite-cache bound (Mooncake hash_ids), RAM-cache evictions by reason,
+peak cache bytes, queue wait and TTFT p50 / p99."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from slotlab.engine import event_types as T
+from slotlab.sim.paper_replay import paper_engine
+from slotlab.sim.speed import SpeedModel
+from slotlab.sim.traces import SimTrace, infinite_cache_bound
+
+__all__ = ["SimResult", "simulate"]
+
+
+@dataclass
+class _Rec:
+    i: int
+    arrival: float
+    task: object = None
+    launched: float | None = None
+    first: float | None = None
+    end: float | None = None
+
+
+@dataclass
+class SimResult:
+    flags: list[str]
+    results: list[dict]
+    totals: dict
+    engine: object = None
+    events_path: str | None = None
+    wall_s: float = 0.0
+
+    def as_json(self) -> dict:
+        return {"flags": self.flags, "totals": self.totals, "results": self.results}
+
+    def lines(self, per_request: bool = True, limit: int = 50) -> list[str]:
+        out = []
+        if per_request:
+            out.append(f"{'#':>5} {'arrive':>9} {'slot':>4} {'status':>6} {'cached':>7} {'prefill':>7} {'gen':>5} "
+                       f"{'wait':>8} {'ttft':>8} {'end':>9}")
+            rows = self.results if limit is None or len(self.results) <= limit else self.results[:limit]
+            for r in rows:
+                f = lambda v, w, p=3: f"{v:>{w}.{p}f}" if v is not None else f"{'-':>{w}}"  # noqa: E731
+                if r["status"] != 200:
+                    out.append(f"{r['i']:>5} {r['arrival']:>9.3f} {'-':>4} {r['status']:>6}  {r['error']}")
+                    continue
+                out.append(f"{r['i']:>5} {r['arrival']:>9.3f} {r['id_slot']:>4} {r['status']:>6} {r['cache_n']:>7} "
+                           f"{r['prompt_n']:>7} {r['predicted_n']:>5} {f(r['queue_wait'], 8)} {f(r['ttft'], 8)} "
+                           f"{f(r['end'], 9)}")
+            if len(rows) < len(self.results):
+                out.append(f"... {len(self.results) - len(rows)} more (--json for all)")
+        t = self.totals
+        pct = lambda a, b: f"{100 * a / b:.1f} %" if b else "-"  # noqa: E731
+        out += [
+            f"requests    {t['n_requests']} ({t['n_ok']} ok, {t['n_errors']} errors) over {t['sim_seconds']:.1f} s "
+            f"simulated ({t['wall_seconds']:.1f} s wall)",
+            f"prompt      {t['prompt_tokens']} tokens: {t['tokens_reused']} reused ({pct(t['tokens_reused'], t['prompt_tokens'])}),"
+            f" {t['tokens_prefilled']} prefilled; generated {t['tokens_generated']}",
+        ]
+        if t.get("infinite_cache_tokens") is not None:
+            out.append(f"bound       an infinite prefix cache could reuse {t['infinite_cache_tokens']} "
+                       f"({pct(t['infinite_cache_tokens'], t['prompt_tokens'])})")
+        ev = ", ".join(f"{k} {v}" for k, v in sorted(t["evictions"].items())) or "none"
+        out += [
+            f"ram cache   peak {t['peak_cache_bytes'] / 2**20:.1f} MiB; evictions: {ev}; slot clears: "
+            + (", ".join(f"{k} {v}" for k, v in sorted(t["slot_clears"].items())) or "none"),
+            f"latency     queue wait p50 {t['queue_wait_p50']:.3f} s, p99 {t['queue_wait_p99']:.3f} s; "
+            f"TTFT p50 {t['ttft_p50']:.3f} s, p99 {t['ttft_p99']:.3f} s",
+            f"speed       {t['speed']}",
+        ]
+        return out
+
+
+def _pct(xs, q) -> float:
+    return float(np.percentile(xs, q)) if len(xs) else 0.0
+
+
+def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: SpeedModel, profile=None, vocab=None,
+             progress: Callable[[int, int, float], None] | None = None, keep_events: bool = False,
+             max_log: int = 20_000) -> SimResult:
+    """Run `trace` (its requests with arrivals) under llama-server `flags` (default: the trace's) on a
+    paper memory for `profile` (default: the GGUF at -m / the default model), with step times from
+    `speed`. `vocab` tokenizes text prompts."""
+    from slotlab.engine.params import ServerParams
+
+    wall0 = time.perf_counter()
+    if flags is None:
+        flags = trace.flags
+    if isinstance(flags, str):
+        flags = flags.split()
+    params = ServerParams.from_args(list(flags))
+    eng = paper_engine(params, vocab=vocab, profile=profile)
+    if not keep_events:  # a bounded log: the report folds what it needs as the events happen
+        eng.events.max_log, eng.events.trim_chunk = max_log, max(1, max_log // 50)
+    mem, core, alloc = eng.memory, eng.core, eng.allocator
+    if speed.n_ubatch != mem.n_ubatch:
+        speed = SpeedModel(speed.t_fixed, speed.t_token, mem.n_ubatch, speed.source)
+    reqs = trace.requests
+    n = len(reqs)
+    recs = [_Rec(i, r.arrival) for i, r in enumerate(reqs)]
+    by_task: dict[int, _Rec] = {}
+    evictions: Counter = Counter()
+    clears: Counter = Counter()
+    clock = [0.0]
+
+    def on_event(ev) -> None:
+        k = ev.kind
+        if k == T.TASK_LAUNCHED:
+            r = by_task.get(ev.task)
+            if r is not None and r.launched is None:
+                r.launched = clock[0]
+        elif k == T.CACHE_EVICT:
+            evictions[ev.data.get("reason", "?")] += 1
+        elif k == T.SLOT_CLEAR:
+            if ev.data.get("n_tokens", 0) > 0:
+                clears[ev.data.get("reason", "?")] += 1
+
+    eng.events.subscribe(on_event)
+    pending_first: dict[int, _Rec] = {}
+
+    def on_token(task, tok) -> None:
+        r = by_task.get(task.id)
+        if r is not None and r.first is None:
+            pending_first[task.id] = r
+
+    i = 0
+    n_done = 0
+    open_recs: list[_Rec] = []
+    step = core.step
+    decoded = mem.decoded
+    dt_of = speed.decode_time
+    last_report = 0.0
+    while True:
+        now = clock[0]
+        while i < n and reqs[i].arrival <= now:
+            q, r = reqs[i], recs[i]
+            kw = dict(q.fields)
+            kw.setdefault("n_predict", q.n_predict)
+            t = core.completion_task(q.tokens(vocab), ignore_eos=True, on_token=on_token, **kw)
+            r.task = t
+            by_task[t.id] = r
+            if q.output is not None and len(q.output):
+                mem.scripts[t.id] = q.output
+            core.post(t)
+            open_recs.append(r)
+            i += 1
+        busy = core.tq.pending() or any(s.is_processing for s in core.slots)
+        if not busy:
+            if i >= n:
+                break
+            clock[0] = max(now, reqs[i].arrival)
+            continue
+        decoded.clear()
+        step()
+        dt = 0.0
+        for nt, _ in decoded:
+            dt += dt_of(nt)
+        clock[0] = now + dt
+        if pending_first:
+            for r in pending_first.values():
+                r.first = clock[0]
+            pending_first.clear()
+        if open_recs and any(r.task.done for r in open_recs):
+            still = []
+            for r in open_recs:
+                if r.task.done:
+                    r.end = clock[0]
+                    if r.launched is None:
+                        r.launched = now
+                    r.task = _summary(r.task)
+                    n_done += 1
+                else:
+                    still.append(r)
+            open_recs = still
+            if progress is not None:
+                w = time.perf_counter()
+                if w - last_report > 0.2 or n_done == n:
+                    last_report = w
+                    progress(n_done, n, clock[0])
+    if progress is not None:
+        progress(n, n, clock[0])
+    results = []
+    for r, q in zip(recs, reqs):
+        s = r.task
+        d = {"i": r.i, "arrival": round(r.arrival, 6), **s,
+             "queue_wait": None if r.launched is None else round(r.launched - r.arrival, 6),
+             "ttft": None if r.first is None else round(r.first - r.arrival, 6),
+             "end": None if r.end is None else round(r.end, 6)}
+        results.append(d)
+    ok = [d for d in results if d["status"] == 200]
+    waits = [d["queue_wait"] for d in ok if d["queue_wait"] is not None]
+    ttfts = [d["ttft"] for d in ok if d["ttft"] is not None]
+    reused = sum(d["cache_n"] for d in ok)
+    prefilled = sum(d["prompt_n"] for d in ok)
+    bound, _ = infinite_cache_bound(trace)
+    totals = {
+        "n_requests": n, "n_ok": len(ok), "n_errors": n - len(ok),
+        "sim_seconds": round(clock[0], 6), "wall_seconds": round(time.perf_counter() - wall0, 3),
+        "prompt_tokens": reused + prefilled, "tokens_reused": reused, "tokens_prefilled": prefilled,
+        "tokens_generated": sum(d["predicted_n"] for d in ok),
+        "infinite_cache_tokens": bound if trace.block else None,
+        "evictions": dict(evictions), "slot_clears": dict(clears),
+        "peak_cache_bytes": alloc.peak_bytes,
+        "queue_wait_p50": _pct(waits, 50), "queue_wait_p99": _pct(waits, 99),
+        "ttft_p50": _pct(ttfts, 50), "ttft_p99": _pct(ttfts, 99),
+        "speed": speed.source or f"t_fixed {speed.t_fixed:g} s, t_token {speed.t_token:g} s",
+        "n_steps": mem.stats["decode"],
+    }
+    return SimResult(list(flags), results, totals, eng, wall_s=time.perf_counter() - wall0)
+
+
+def _summary(task) -> dict:
+    """What the report keeps of a finished task (the task itself, with its prompt, is dropped)."""
+    if task.error is not None:
+        return {"status": task.error.code, "id_slot": None, "cache_n": None, "prompt_n": None, "predicted_n": None,
+                "error": task.error.message if hasattr(task.error, "message") else str(task.error)}
+    res = task.result
+    tm = res["timings"]
+    return {"status": 200, "id_slot": res["id_slot"], "cache_n": tm["cache_n"], "prompt_n": tm["prompt_n"],
+            "predicted_n": res["tokens_predicted"], "error": None}
+
+
+def progress_bar(stream=sys.stderr) -> Callable[[int, int, float], None]:
+    tty = stream.isatty()
+    t0 = time.perf_counter()
+
+    def show(i: int, n: int, clock: float) -> None:
+        if not tty and i < n:
+            return
+        bar = "#" * (30 * i // max(n, 1))
+        el = time.perf_counter() - t0
+        print(f"\rsimulating {i:6d}/{n} [{bar:<30}] sim {clock:9.1f} s, wall {el:6.1f} s", end="" if i < n else "\n",
+              file=stream, flush=True)
+
+    return show
