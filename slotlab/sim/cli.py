@@ -1,0 +1,92 @@
+"""`slotlab simulate` and `slotlab calibrate`: the command lines over slotlab.sim."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PROFILES = Path(__file__).with_name("profiles")
+
+
+def resolve_profile(spec: str | None):
+    """A profile from a JSON file, a shipped name (`llama-3.1-8b`), a GGUF path, or None (the -m model's header)."""
+    if spec is None:
+        return None
+    from slotlab.memory.profile import ModelProfile
+
+    p = Path(spec)
+    if not p.exists() and (PROFILES / f"{spec}.json").exists():
+        p = PROFILES / f"{spec}.json"
+    if not p.exists():
+        names = ", ".join(sorted(x.stem for x in PROFILES.glob("*.json")))
+        raise SystemExit(f"slotlab simulate: no profile {spec!r} (a JSON file, a GGUF, or one of: {names})")
+    return ModelProfile.from_gguf(p) if p.suffix == ".gguf" else ModelProfile.from_json(p)
+
+
+def simulate_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab simulate", description="Run a request trace through llama-server's "
+                                 "decisions on the paper memory (no model, nothing decoded) under a simulated clock.",
+                                 epilog="Other arguments are llama-server flags (default: the trace's flags).")
+    ap.add_argument("trace", help="a Mooncake .jsonl, or a slotlab trace .json (optional per-request arrival/output)")
+    ap.add_argument("--profile", help="model profile: a JSON file, a shipped name (llama-3.1-8b) or a GGUF "
+                                      "(default: the header of -m, or the embedded model)")
+    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
+    ap.add_argument("--prefill-tps", type=float, help="prefill tokens/s of your server (with --gen-tps)")
+    ap.add_argument("--gen-tps", type=float, help="generation tokens/s of one sequence")
+    ap.add_argument("--limit", type=int, help="only the first N requests")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--events", help="also write the events as JSON lines (keeps every event in memory)")
+    ap.add_argument("--all", action="store_true", help="print every request (default: the first 50)")
+    args, flags = ap.parse_known_args(argv)
+    from slotlab.sim.simulate import progress_bar, simulate
+    from slotlab.sim.speed import SpeedModel
+    from slotlab.sim.traces import load_sim_trace
+
+    if args.speed:
+        speed = SpeedModel.from_json(Path(args.speed).read_text())
+    elif args.prefill_tps and args.gen_tps:
+        speed = SpeedModel.from_rates(args.prefill_tps, args.gen_tps)
+    else:
+        speed = SpeedModel.from_rates(8000, 60)
+        print("slotlab simulate: no --speed / --prefill-tps --gen-tps given: assuming 8000 / 60 tok/s "
+              "(an 8B model on one GPU)", file=sys.stderr)
+    kw = {"time_scale": args.time_scale} if args.trace.endswith(".jsonl") else {}
+    trace = load_sim_trace(args.trace, limit=args.limit, **kw)
+    for note in getattr(trace, "notes", []) or []:
+        print(f"note: {note}", file=sys.stderr)
+    vocab = None
+    if any(isinstance(r.prompt, str) for r in trace.requests):  # text prompts: the model's tokenizer
+        from slotlab.engine.params import ServerParams
+        from slotlab.llama import Model
+
+        vocab = Model(ServerParams.from_args(flags or trace.flags).model)
+    res = simulate(trace, flags or None, speed=speed, profile=resolve_profile(args.profile), vocab=vocab,
+                   progress=progress_bar(), keep_events=bool(args.events))
+    if args.events and res.engine is not None:
+        res.engine.events.to_jsonl(args.events)
+    if args.json:
+        print(json.dumps(res.as_json(), indent=1))
+    else:
+        print("\n".join(res.lines(limit=None if args.all else 50)))
+    return 0
+
+
+def calibrate_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab calibrate", description="Time the model's decode on this machine "
+                                 "and fit the speed model `slotlab simulate --speed` uses.")
+    ap.add_argument("-m", "--model", help="GGUF (default: the embedded model)")
+    ap.add_argument("-t", "--threads", type=int, help="threads (default: the core count)")
+    ap.add_argument("-o", "--output", help="write the speed model JSON here")
+    args = ap.parse_args(argv)
+    from slotlab.sim.speed import calibrate
+
+    speed, points = calibrate(args.model, n_threads=args.threads)
+    for p in points:
+        print(p)
+    print(f"speed model: {speed.source}; prefill {speed.prefill_rate():.0f} tok/s, generation {speed.gen_rate():.1f} tok/s")
+    if args.output:
+        Path(args.output).write_text(speed.to_json())
+    return 0
