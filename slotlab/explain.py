@@ -114,7 +114,7 @@ class Miss:
 
 
 def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_history: dict | None = None,
-             params: dict | None = None) -> Miss | None:
+             params: dict | None = None, decisions: dict | None = None) -> Miss | None:
     """The cause of a miss from the two facts of a request (its `slot_decision` and `prompt_plan`),
     or None when nothing the server held was lost."""
     n_prompt, n_past = plan["n_prompt"], plan["n_past"]
@@ -138,8 +138,19 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
         what = "RAM entry" if lost["where"] == "entry" else "slot content"
         sugg = ["--cache-ram " + str(2 * params["cache_ram"]) if params.get("cache_ram", 0) > 0 else "--cache-ram 8192"]
         if lost["reason"] == "overwritten":
-            sugg = (["--cache-ram 8192"] if not params.get("cache_ram") else []) + \
-                   [f"-np {params.get('n_slots', 1) + 1}" if params.get("n_slots") else "more slots (-np)"]
+            # who overwrote it, and why was it not saved first? A slot chosen by similarity with
+            # f_keep >= 0.5 skips the RAM cache: only a higher -sps (LRU, which saves) would have kept it.
+            by = (decisions or {}).get(lost.get("by_task"), {})
+            ram = [] if params.get("cache_ram") else ["--cache-ram 8192"]
+            sugg = []
+            if by.get("how") == "lcp" and not by.get("update_cache"):
+                sps_up = min(0.99, round(by.get("f_sim", 0) + 0.01, 2))
+                sugg.append(" ".join([f"-sps {sps_up:.2f}", *ram]))
+                what = (f"slot content {where} with {lost['n_held']} tokens was overwritten by task {lost['by_task']}, "
+                        f"which kept the slot (f_sim {by.get('f_sim', 0):.2f} > -sps, f_keep {by.get('f_keep') or 0:.2f}"
+                        " >= 0.50) without saving it to the RAM cache")
+                return out("dropped", what, sugg + [f"-np {params.get('n_slots', 1) + 1}"])
+            sugg = ram + [f"-np {params.get('n_slots', 1) + 1}" if params.get("n_slots") else "more slots (-np)"]
         elif lost["reason"] in ("idle_clear", "purge"):
             sugg = ["-np " + str(params.get("n_slots", 1) + 1) if params.get("n_slots") else "--cache-ram 8192",
                     *(["-kvu off (separate KV per slot)"] if lost["reason"] == "purge" else [])]
@@ -245,7 +256,7 @@ class Explainer:
                             provenance(d["lcp"], d["n_past"], d["n_prompt"], d.get("ckpt"), d.get("origin", "slot"),
                                        d.get("shifts") or []),
                             d.get("divergence", -1), d.get("div_text", ""), why_line(e.slot, dec, d, self.sps))
-            x.miss = diagnose(e.slot, e.task, dec, d, self.sps, self.ckpt_history, self.params)
+            x.miss = diagnose(e.slot, e.task, dec, d, self.sps, self.ckpt_history, self.params, self.decisions)
             if x.miss is not None:
                 self.misses.append(x.miss)
                 self.lost_by_cause[x.miss.cause] += x.miss.lost

@@ -275,6 +275,8 @@ class ServerCore:
         if lost is not None and lost[0] > 0:
             d = lost[1]
             lo = {"where": d["where"], "id": d["id"], "reason": d["reason"], "seq": d["seq"], **side(lost[0], d["tokens"])}
+            if "by_task" in d:
+                lo["by_task"] = d["by_task"]
         return h, lo
 
     def get_available_slot(self, task: Task) -> Slot | None:
@@ -465,7 +467,7 @@ class ServerCore:
             self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
         if n_past < len(slot.tokens):  # the rest of what the slot held is overwritten, unsaved
             self.dropped.append({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": "overwritten",
-                                 "seq": self.events.n_events})
+                                 "seq": self.events.n_events, "by_task": task.id})
         slot.stats.n_prompt_cached = n_past
         slot.stats.n_prompt_processed = 0
         self.metrics.prompt_tokens_cached_total += n_past

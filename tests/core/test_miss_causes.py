@@ -115,3 +115,17 @@ def test_totals_by_cause_add_up():
                                     ("--swa-full", ["--swa-full"]), ("more slots (-np)", None)])
 def test_flag_change_parses_only_flags(s, want):
     assert flag_change(s) == want
+
+
+def test_a_slot_kept_by_similarity_overwrites_unsaved_and_a_higher_sps_saves_it():
+    """The default-flag trap: Bob shares the system prompt, so his request keeps Alice's slot
+    (f_keep >= 0.5) without saving her conversation; only -sps above that f_sim (LRU, which saves to
+    the RAM cache) would have kept it."""
+    alice = SYS + "user (Alice): my brakes squeal"
+    r = [{"prompt": alice, "n_predict": 4}, {"prompt": SYS + "user (Bob): when do you open?", "n_predict": 4},
+         {"prompt": alice + " assistant: check the pads. user (Alice): and the chain?", "n_predict": 4}]
+    d = diag("-np 1 -c 4096 --cache-ram 64 --swa-full", r)
+    i, m = d.misses[-1]
+    assert i == 2 and m.cause == "dropped" and "without saving it to the RAM cache" in m.detail
+    fl = flag_change(m.suggest[0])
+    assert fl[0] == "-sps" and d.best(2) is not None and d.best(2).flags == fl and d.best(2).saved > 0
