@@ -28,7 +28,7 @@ endif
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_PIN)-$(FLAVOUR)
 PROJECT_STAMP := $(VENV)/.slotlab-installed
 
-.PHONY: install lab test test-fast notebooks bench info llama-cpp llama-server clean
+.PHONY: install lab test test-fast notebooks bench info llama-cpp llama-server tiny-models clean
 
 install: $(PROJECT_STAMP)
 
@@ -66,6 +66,11 @@ bench: install
 
 llama-server:
 	$(BIN)/python -m bench.build_llama_server
+
+# the tiny hybrid (qwen35) and recurrent (mamba2) test models in tests/models/ (committed; this rebuilds
+# them with llama.cpp's test-llama-archs, built in build/llama-tests, fixed seed)
+tiny-models:
+	$(BIN)/python -m tests.models.make_tiny_models
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -21,7 +21,7 @@ from tests.golden.make_traces import doc
 def main(n: int = 10_000, seed: int = 0) -> int:
     rng = np.random.default_rng(seed)
     d = Path(tempfile.mkdtemp(prefix="slotlab-fuzz-"))
-    e = Engine(["-np", "2", "-c", "2048", "--slot-save-path", str(d)])
+    e = Engine(["-np", "2", "-c", "2048", "--slot-save-path", str(d), "--slot-appendices"])
 
     def run(t):
         e.run_until(lambda: t.done)

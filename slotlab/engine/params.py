@@ -46,7 +46,10 @@ class ServerParams:
     draft_min: int = 0  # --spec-draft-n-min
     spec_type: str = "none"  # --spec-type: slotlab models "draft-simple" (with -md) and "none"
     verbosity: int = 3  # -lv; -v = 4 (TRC)
-    slot_appendices: bool = True  # slotlab extension: SCKP/SDFT appendices in slot files (--no-slot-appendices)
+    # slotlab's extension, opt-in: --slot-appendices appends the slot's context checkpoints (SCKP) and draft
+    # state (SDFT) to slot files and reads them back on restore. Off (the default, --no-slot-appendices),
+    # slot files are written and read exactly as llama-server does: no checkpoints travel with them.
+    slot_appendices: bool = False
     # the HTTP front (`slotlab serve`)
     host: str = "127.0.0.1"  # --host
     port: int = 8080  # --port
@@ -248,7 +251,7 @@ _flag("draft_max", "--draft-max --draft-n --spec-draft-n-max", _int)
 _flag("draft_min", "--draft-min --draft-n-min --spec-draft-n-min", _int)
 _flag("spec_type", "--spec-type", str)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
-_switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only
+_switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only (opt-in extension)
 FLAGS["-v"] = FLAGS["--verbose"] = ("verbosity", 4)  # a switch that sets a value
 _flag("host", "--host", str)
 _flag("port", "--port", _int)

@@ -94,16 +94,10 @@ class Context:
         if n_threads < 1 or n_threads_batch < 1:
             raise ConfigError(f"n_threads (-t) must be >= 1, got {n_threads}")
 
-        # The per-sequence context the library will compute (LC:290-306); refuse it beyond training.
-        n_ctx_req = n_ctx or model.n_ctx_train
-        n_ctx_padded = _pad(n_ctx_req)
-        n_ctx_seq = n_ctx_padded if kv_unified else _pad(n_ctx_padded // n_parallel)
-        if n_ctx_seq > model.n_ctx_train:
-            what = "n_ctx" if kv_unified else f"n_ctx / n_parallel (padded to 256) = {n_ctx_seq}"
-            raise ConfigError(
-                f"n_ctx (-c/--ctx-size) {n_ctx}: {what} exceeds the model's training context "
-                f"({model.n_ctx_train} tokens for {model.path.name}); use -c {model.n_ctx_train if kv_unified else model.n_ctx_train * n_parallel} or less"
-            )
+        # A per-sequence context beyond the model's training context is not an error: llama.cpp logs
+        # "n_ctx_seq (N) > n_ctx_train (M) -- possible training context overflow" (LC:327) and the
+        # server runs, capping each slot's context at n_ctx_train (SC:1213, n_ctx_slot below).
+        # slotlab does the same; the warning reaches the "slotlab.llama" logger.
 
         self.model = model
         p = lib.llama_context_default_params()

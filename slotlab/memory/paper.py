@@ -50,6 +50,8 @@ Usage (what `slotlab simulate` does)::
 
 from __future__ import annotations
 
+import logging
+
 import os
 import struct
 import weakref
@@ -129,28 +131,64 @@ def paper_allocate(n: int) -> PaperBlob:
 class PaperAllocator:
     """`allocate` with a RAM budget: raises MemoryError (the server's std::bad_alloc) when the blobs it
     handed out and that are still alive would exceed `limit_bytes`. Tracks `live_bytes` and
-    `peak_bytes` (a blob is freed when the cache drops it: release after restore, eviction)."""
+    `peak_bytes` (a blob is freed when the cache drops it: release after restore, eviction).
 
-    def __init__(self, limit_bytes: int | None = None):
+    Unbound, "alive" means "still referenced from Python", which lags the server: `PromptCache.alloc`
+    keeps the entries it evicts to make room referenced (a local list) until it returns, so at the
+    moment it allocates the new entry those are still counted, although the server freed them
+    (`states.pop_front()`) before its allocation. `bind(cache)` counts what the server's heap holds
+    instead: the bytes of the cache's current entries (`size()`: state blobs and checkpoints) plus
+    the blobs handed out for the entry being built and not yet appended. `PaperAllocator.bind` is used
+    by the simulator (slotlab/sim/paper_replay.py `paper_engine`)."""
+
+    def __init__(self, limit_bytes: int | None = None, cache=None):
         self.limit_bytes = limit_bytes
-        self.live_bytes = 0
+        self._live = 0
         self.peak_bytes = 0
         self.n_alloc = 0
         self.n_failed = 0
+        self.cache = cache
+        self._pending: list = []  # weakrefs to blobs handed out, not yet seen in an entry (bound only)
+
+    def bind(self, cache) -> "PaperAllocator":
+        """Count the bytes `cache` (a `PromptCache`) holds, as the server frees them (class docstring)."""
+        self.cache = cache
+        return self
 
     def _free(self, n: int) -> None:
-        self.live_bytes -= n
+        self._live -= n
+
+    @property
+    def live_bytes(self) -> int:
+        if self.cache is None:
+            return self._live
+        held, ids = 0, set()
+        for e in self.cache.entries:
+            held += e.size()
+            ids.add(id(e.main))
+            ids.add(id(e.drft))
+        pending = []
+        for w in self._pending:
+            b = w()
+            if b is not None and id(b) not in ids:
+                pending.append(w)
+                held += len(b)
+        self._pending = pending
+        return held
 
     def __call__(self, n: int) -> PaperBlob:
         n = int(n)
-        if self.limit_bytes is not None and self.live_bytes + n > self.limit_bytes:
+        live = self.live_bytes
+        if self.limit_bytes is not None and live + n > self.limit_bytes:
             self.n_failed += 1
             raise MemoryError("std::bad_alloc")
         blob = PaperBlob(n)
         self.n_alloc += 1
-        self.live_bytes += n
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        self._live += n
+        self.peak_bytes = max(self.peak_bytes, live + n)
         weakref.finalize(blob, self._free, n)
+        if self.cache is not None:
+            self._pending.append(weakref.ref(blob))
         return blob
 
 
@@ -1240,12 +1278,10 @@ class PaperMemory:
         else:
             n_ctx_seq = _pad(n_ctx_pad // n_slots)
             n_ctx_pad = n_ctx_seq * n_slots
-        if n_ctx_seq > profile.n_ctx_train:
-            what = "n_ctx" if kv_unified else f"n_ctx / n_parallel (padded to 256) = {n_ctx_seq}"
-            raise ConfigError(
-                f"n_ctx (-c/--ctx-size) {n_ctx}: {what} exceeds the model's training context "
-                f"({profile.n_ctx_train} tokens for {profile.name or profile.architecture}); use -c "
-                f"{profile.n_ctx_train if kv_unified else profile.n_ctx_train * n_slots} or less")
+        if n_ctx_seq > profile.n_ctx_train:  # as llama.cpp: a warning, and each slot is capped below
+            logging.getLogger("slotlab.memory").warning(
+                "n_ctx_seq (%d) > n_ctx_train (%d) -- possible training context overflow", n_ctx_seq,
+                profile.n_ctx_train)
         self.n_ctx, self.n_ctx_seq = n_ctx_pad, n_ctx_seq
         self.n_batch, self.n_ubatch = n_batch_eff, n_ubatch_eff
         self.kv_unified, self.swa_full = bool(kv_unified), bool(swa_full)
@@ -1488,6 +1524,64 @@ class PaperMemory:
         elif ret == 1:
             self.stats["decode_full"] += 1
         return ret
+
+    # -- fast path for the simulator (slotlab/sim/fastforward.py) -------------------------------------
+
+    def advance_generation(self, seqs: Sequence[int], pos0: Sequence[int], feed: np.ndarray) -> int:
+        """Up to `k = len(feed)` generation steps at once, each exactly one successful `decode` of a
+        batch with one token per sequence: step j decodes `feed[j, c]` at position `pos0[c] + j` for
+        sequence `seqs[c]` (batch order = `seqs` order, logits requested for every row).
+
+        Returns how many steps `m <= k` were applied: the steps before the first that `decode` would
+        refuse (no free cells: it would return 1, and the server would purge or halve the batch), or
+        0 when the first step is not a plain continuation of every sequence (then nothing changed).
+        Afterwards the memory is exactly what m `decode` calls would have left (cells, window pruning,
+        `pos_min` / `pos_max`, `stats["decode"]` / `["decode_tokens"]`, the rows `sample` reads).
+
+        A KV cache without a sliding window is advanced in bulk (free cells decide; O(cells) numpy);
+        an iSWA memory runs the real per-step decode (the window cache's cell reuse and purges), only
+        without the server around it. Target context only: a memory with a draft returns 0."""
+        feed = np.asarray(feed, dtype=np.int32)
+        if feed.ndim != 2 or feed.shape[0] == 0 or self.dft is not None:
+            return 0
+        k, b = feed.shape
+        seq = np.asarray(seqs, dtype=np.int32)
+        p0 = np.asarray(pos0, dtype=np.int32)
+        if len(seq) != b or len(p0) != b or b == 0 or b > self.n_batch or len(np.unique(seq)) != b:
+            return 0
+        if seq.min() < 0 or seq.max() >= self.info.n_seq_max or feed.min() < 0 or feed.max() >= self.n_vocab:
+            return 0
+        ctx = self.tgt
+        if ctx.profile.n_pos_per_embd != 1:
+            return 0
+        for q, p in zip(seq.tolist(), p0.tolist()):
+            pm = ctx.pos_max(q)
+            if pm >= 0 and p != pm + 1:
+                return 0
+        steps = np.arange(k, dtype=np.int32)
+        if not ctx.iswa:
+            cache = ctx.caches[0]
+            if cache.spec.n_stream == 1:
+                m = min(k, cache.free(0) // b)
+            else:
+                m = min([k] + [cache.free(cache.stream_of(int(q))) for q in seq])
+            if m <= 0:
+                return 0
+            for c, q in enumerate(seq.tolist()):
+                cache._get(q).extend(p0[c] + steps[:m], feed[:m, c])
+                cache.used[cache.stream_of(q)] += m
+        else:
+            m = 0
+            for j in range(k):
+                if ctx.decode(feed[j], p0 + j, seq, self.n_ubatch, self.n_vocab) != 0:
+                    break
+                m += 1
+            if m == 0:
+                return 0
+        self.stats["decode"] += m
+        self.stats["decode_tokens"] += m * b
+        self._last = (feed[m - 1].copy(), (p0 + (m - 1)).astype(np.int32), np.ones(b, dtype=np.int8))
+        return m
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:
         self.stats["decode_draft"] += 1

@@ -74,7 +74,7 @@ def test_checkpoints_carry_draft_data(model):
 
 
 def test_sdft_appendix_round_trip_and_draft_drop(model, tmp_path):
-    e = _spec(model, "--slot-save-path", str(tmp_path))
+    e = _spec(model, "--slot-appendices", "--slot-save-path", str(tmp_path))
     e.submit(" ".join(["Entry %d of the ship log." % i for i in range(20)]), n_predict=3)
     e.run_until_idle()
     s = e.slot_action("save", 0, "a.bin")

@@ -38,14 +38,14 @@ def test_file_written_by_llama_server_restores_in_slotlab(model, tmp_path):
 
 
 def test_appendix_keeps_checkpoints_that_the_stock_format_loses(model, tmp_path):
-    """Default flags (SWA, no --swa-full): with slotlab's SCKP appendix the restored slot still has its
-    checkpoint, so a follow-up reuses the prefix; the stock server (and slotlab with
-    --no-slot-appendices) must re-process everything (golden trace slot_file_from_slotlab: cache_n 0)."""
+    """Default flags (SWA, no --swa-full): with slotlab's SCKP appendix (--slot-appendices, opt-in) the
+    restored slot still has its checkpoint, so a follow-up reuses the prefix; the stock server (and
+    slotlab by default) must re-process everything (golden trace slot_file_from_slotlab: cache_n 0)."""
     prompt = doc("lighthouses", 3)
     shutil.copy(GOLDEN / "data" / "slotlab_sckp.bin", tmp_path / "s.bin")
     cache_n = {}
     for appendices in (True, False):
-        e = _engine(model, tmp_path, *([] if appendices else ["--no-slot-appendices"]))
+        e = _engine(model, tmp_path, *(["--slot-appendices"] if appendices else []))
         r = _run(e, e.slot_action("restore", 0, "s.bin"))
         assert r.result["n_read"] == 1274240  # the body: what the library consumed, as the server reports
         assert len(e.slots[0].checkpoints) == (1 if appendices else 0)
@@ -58,7 +58,7 @@ def test_appendix_keeps_checkpoints_that_the_stock_format_loses(model, tmp_path)
 
 
 def test_save_writes_appendix_only_when_there_is_something_to_keep(model, tmp_path):
-    e = _engine(model, tmp_path, "--swa-full")
+    e = _engine(model, tmp_path, "--swa-full", "--slot-appendices")
     _run(e, e.submit(doc("caves", 2), n_predict=2, id_slot=0))
     s = _run(e, e.slot_action("save", 0, "plain.bin"))
     assert (tmp_path / "plain.bin").stat().st_size == s.result["n_written"]  # byte-identical layout to the server's
@@ -81,8 +81,8 @@ SERVER_ERRORS = {
 @pytest.fixture(scope="module")
 def damaged_env(model, tmp_path_factory):
     d = tmp_path_factory.mktemp("slots")
-    e = Engine(["-np", "2", "-c", "2048", "--slot-save-path", str(d)], model=model)
-    _run(e, e.submit(doc("sagas", 3), n_predict=2, id_slot=0))  # default flags: the save has an SCKP appendix
+    e = Engine(["-np", "2", "-c", "2048", "--slot-appendices", "--slot-save-path", str(d)], model=model)
+    _run(e, e.submit(doc("sagas", 3), n_predict=2, id_slot=0))  # SWA checkpoints: the save has an SCKP appendix
     _run(e, e.slot_action("save", 0, "good.bin"))
     good = (d / "good.bin").read_bytes()
     body = e.tasks[max(e.tasks)].result["n_written"]

@@ -3,6 +3,7 @@
     python -m tests.golden.make_slot_files
 - data/unified_np2.bin: from a unified 2-slot context (a non-unified server must refuse it);
 - data/slotlab_sckp.bin: from a default-flag 2-slot context, with slotlab's SCKP checkpoint appendix
+  (--slot-appendices, an opt-in extension)
   after the standard body (a stock server restores the body and ignores the appendix)."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def make(flags: list[str], prompt: str, out: Path) -> None:
 def main() -> None:
     DATA.mkdir(exist_ok=True)
     make(["-np", "2", "-kvu", "-c", "4096", "--swa-full"], doc("rivers", 1), DATA / "unified_np2.bin")
-    make(["-np", "2", "-c", "4096"], doc("lighthouses", 3), DATA / "slotlab_sckp.bin")
+    make(["-np", "2", "-c", "4096", "--slot-appendices"], doc("lighthouses", 3), DATA / "slotlab_sckp.bin")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Write the scenario traces in tests/golden/traces/ (deterministic text, no randomness).
 
     python -m tests.golden.make_traces && python -m tests.golden.record_traces
+    (traces_tiny/, on the tiny hybrid and recurrent models: tests/golden/make_tiny_traces.py)
 
 Follow-up prompts are built from fixed text, never from generated text, so a request's decisions do
 not depend on what the model wrote earlier (generation can differ slightly between batch shapes)."""
@@ -214,10 +215,13 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
 
 
 def main() -> None:
-    DIR.mkdir(exist_ok=True)
-    for name, tr in traces().items():
-        (DIR / f"{name}.json").write_text(json.dumps(tr, indent=1, ensure_ascii=False) + "\n")
-        print(name, len(tr["requests"]))
+    from tests.golden.make_tiny_traces import TINY_DIR, tiny_model_traces
+
+    for d, ts in ((DIR, traces()), (TINY_DIR, tiny_model_traces())):
+        d.mkdir(exist_ok=True)
+        for name, tr in ts.items():
+            (d / f"{name}.json").write_text(json.dumps(tr, indent=1, ensure_ascii=False) + "\n")
+            print(name, len(tr["requests"]))
 
 
 if __name__ == "__main__":

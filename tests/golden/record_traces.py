@@ -1,12 +1,15 @@
 """Record golden traces from the real llama-server (built by `make llama-server`).
 
-    python -m tests.golden.record_traces [NAME ...]
+    python -m tests.golden.record_traces [NAME ...]     # every trace of traces/ without NAME
+    python -m tests.golden.record_traces --tiny         # every trace of traces_tiny/
 
 For every tests/golden/traces/NAME.json it starts llama-server with the trace's flags plus
 `--no-repack -t 2 -lv 4 --slot-save-path DIR`, sends the requests exactly as `slotlab replay` does
 (greedy, ignore_eos; `"wait": false` moves on once the request occupies a slot), and writes
 NAME.llama-server.json (the `slotlab replay --json` schema) and NAME.llama-server.log (the server's
-log, from which tests/golden/test_golden.py reads the RAM-cache decisions)."""
+log, from which tests/golden/test_golden.py reads the RAM-cache decisions). A trace that names its
+model with `-m` (the tiny hybrid / recurrent models, traces in traces_tiny/) runs on that model, the
+others on the default model; NAME is looked up in traces/ and traces_tiny/."""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ import shutil
 from slotlab.engine.replay import install_files, load_trace, resolve_flags
 from slotlab.llama.model import default_model_path
 from tests.golden.llama_server import LlamaServer
+from tests.golden.trace_models import split_model
 
 DIR = Path(__file__).with_name("traces")
+TINY_DIR = Path(__file__).with_name("traces_tiny")
 
 
 def _error(body) -> dict:
@@ -85,27 +90,33 @@ def send_trace(srv: LlamaServer, trace) -> tuple[list, list]:
 def record(trace_path: Path) -> None:
     trace = load_trace(trace_path)
     name = trace_path.stem
+    out_dir = trace_path.parent
     slots_dir = tempfile.mkdtemp(prefix="golden-slots-")
-    log = DIR / f"{name}.llama-server.log"
+    log = out_dir / f"{name}.llama-server.log"
     install_files(trace, slots_dir)
-    flags = resolve_flags(trace.flags, type("M", (), {"path": default_model_path()}))
-    with LlamaServer(default_model_path(), [*flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
+    model_path, flags = split_model(trace.flags)
+    model_path = model_path or default_model_path()
+    flags = resolve_flags(flags, type("M", (), {"path": model_path}))
+    with LlamaServer(model_path, [*flags, "-lv", "4", "--slot-save-path", slots_dir + "/"], log=log) as srv:
         results, _ = send_trace(srv, trace)
-    keep = DIR / f"{name}.files"
+    keep = out_dir / f"{name}.files"
     wanted = json.loads(trace_path.read_text()).get("keep_files") or []
     if wanted:  # the server-written slot files a test restores in slotlab
         keep.mkdir(exist_ok=True)
         for name in wanted:
             shutil.copyfile(Path(slots_dir) / name, keep / name)
     out = {"flags": trace.flags, "results": results}
-    (DIR / f"{name}.llama-server.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-    print(f"{name}: {len(results)} results")
+    (out_dir / f"{trace_path.stem}.llama-server.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(f"{trace_path.stem}: {len(results)} results")
 
 
 def main(argv: list[str]) -> int:
-    names = argv or sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.name)
+    def stems(d: Path) -> list[str]:
+        return sorted(p.stem for p in d.glob("*.json") if ".llama-server" not in p.name)
+
+    names = stems(TINY_DIR) if argv == ["--tiny"] else argv or stems(DIR)
     for n in names:
-        record(DIR / f"{n}.json")
+        record(DIR / f"{n}.json" if (DIR / f"{n}.json").exists() else TINY_DIR / f"{n}.json")
     return 0
 
 

@@ -2,7 +2,10 @@
 the slot, cache_n, prompt_n, tokens_evaluated, tokens_cached, status and error; per slot action the
 reply (timings excepted); and the sequence of RAM-cache decisions (saves, skips, evictions with
 their reasons, loads with their f_keep / f_sim, cache state lines with bytes and token estimates,
-purges, decode retries, checkpoints) read from the server's -lv 4 log."""
+purges, decode retries, checkpoints) read from the server's -lv 4 log.
+
+traces/ run on the default model (the session's `model`); traces_tiny/ name their model with `-m`
+(the tiny hybrid and recurrent models of tests/models/), loaded once per module."""
 
 import json
 from pathlib import Path
@@ -10,10 +13,14 @@ from pathlib import Path
 import pytest
 
 from slotlab.engine.replay import load_trace, replay
-from slotlab.engine.server_log import decisions, decisions_of_engine
+from slotlab.engine.server_log import decisions
+from tests.golden.replayed import replayed
+from tests.golden.trace_models import split_model
 
 DIR = Path(__file__).with_name("traces")
 TRACES = sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.name)
+TINY_DIR = Path(__file__).with_name("traces_tiny")
+TINY_TRACES = sorted(p.stem for p in TINY_DIR.glob("*.json") if ".llama-server" not in p.name)
 
 
 def _strip(result: dict) -> dict:
@@ -24,19 +31,48 @@ def _strip(result: dict) -> dict:
     return r
 
 
-@pytest.mark.parametrize("name", TRACES)
-def test_golden_trace(model, name):
-    want = json.loads((DIR / f"{name}.llama-server.json").read_text())
-    trace = load_trace(DIR / f"{name}.json")
-    # compare with the stock server: slotlab's slot-file appendices (an extension) stay off here
-    trace.flags = [*trace.flags, "--no-slot-appendices"]
-    out = replay(trace, model=model)
-    got = [_strip(r) for r in out["results"]]
+def _compare(name: str, trace_dir: Path, results: list, events) -> None:
+    want = json.loads((trace_dir / f"{name}.llama-server.json").read_text())
+    got = [_strip(r) for r in results]
     exp = [_strip(r) for r in want["results"]]
     for i, (g, w) in enumerate(zip(got, exp)):
         assert g == w, f"{name}: request {i} differs"
     assert len(got) == len(exp)
-    ours = decisions_of_engine(out["engine"])
-    theirs = decisions((DIR / f"{name}.llama-server.log").read_text().splitlines())
+    ours = decisions(e.message for e in events if e.message)
+    theirs = decisions((trace_dir / f"{name}.llama-server.log").read_text().splitlines())
     assert ours == theirs, f"{name}: RAM-cache decisions differ"
-    out["engine"].close()
+
+
+def _check(name: str, trace_dir: Path, model) -> None:
+    trace = load_trace(trace_dir / f"{name}.json")
+    # compare with the stock server: slotlab's slot-file appendices (an opt-in extension) stay off here
+    trace.flags = [*trace.flags, "--no-slot-appendices"]
+    out = replay(trace, model=model)
+    try:
+        _compare(name, trace_dir, out["results"], out["engine"].events.replayable())
+    finally:
+        out["engine"].close()
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_golden_trace(model, name):
+    r = replayed(name, model)  # one replay per trace per session, shared with the log reader's panel test
+    _compare(name, DIR, r.results, r.events)
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    from slotlab.llama import Model
+
+    loaded: dict = {}
+    yield lambda path: loaded[path] if path in loaded else loaded.setdefault(path, Model(path))
+    for m in loaded.values():
+        m.close()
+
+
+@pytest.mark.parametrize("name", TINY_TRACES)
+def test_golden_trace_tiny_model(tiny_models, name):
+    """The hybrid (qwen35) and recurrent (mamba2) traces, each on the model its `-m` names."""
+    path, _ = split_model(json.loads((TINY_DIR / f"{name}.json").read_text())["flags"])
+    assert path is not None and path.exists(), f"{name}: no model {path} (make tiny-models)"
+    _check(name, TINY_DIR, tiny_models(path))

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from slotlab.engine import event_types as T
-from slotlab.engine.replay import load_trace, replay
 from slotlab.panel.state import PanelState
 from slotlab.watch.log_reader import LogReader
+from tests.golden.replayed import replayed
 
 DIR = Path(__file__).resolve().parent.parent / "golden" / "traces"
 TRACES = sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.name)
@@ -49,14 +49,7 @@ def summary(events) -> dict:
 
 @pytest.mark.parametrize("name", TRACES)
 def test_panel_from_log_equals_panel_from_replay(model, name):
-    trace = load_trace(DIR / f"{name}.json")
-    trace.flags = [*trace.flags, "--no-slot-appendices"]  # the stock server writes no appendices
-    out = replay(trace, model=model)
-    engine = out["engine"]
-    try:
-        ours = summary(engine.events.log)
-    finally:
-        engine.close()
+    ours = summary(replayed(name, model).events)  # the same replay the golden test compares (once a session)
     theirs = summary(LogReader().read_file(DIR / f"{name}.llama-server.log"))
     assert ours["n_requests"] > 0
     for key in ours:
