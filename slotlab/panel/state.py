@@ -55,6 +55,7 @@ class PanelState:
     evictions: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.EVICTIONS_KEEP))
     ckpt_marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.CHECKPOINT_MARKS_KEEP))
     why: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.WHY_KEEP))
+    misses: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.WHY_KEEP))  # explain.Miss
     last_seq: int = -1
     n_requests: int = 0
     _explainer: explain.Explainer = field(default_factory=lambda: explain.Explainer(max_lines=T.WHY_KEEP), repr=False,
@@ -91,8 +92,10 @@ class PanelState:
         p = T.payload(e)  # raises EventSchemaError on a malformed event: the panel reports it
         if k in _EXPLAINED:
             x = self._explainer.apply(e)
-            if x is not None:  # a prompt plan: the request's why line
-                self.why.append((e.task, e.slot, x.why))
+            if x is not None:  # a prompt plan: the request's why line, and its miss cause if it lost tokens
+                self.why.append((e.task, e.slot, why_text(x)))
+                if x.miss is not None:
+                    self.misses.append(x.miss)
         if k == T.INIT:
             self.n_slots, self.n_ctx_slot = p.n_slots, p.n_ctx_slot
             self.n_swa, self.cache_ram, self.flags = p.n_swa, p.cache_ram, p.flags
@@ -106,7 +109,7 @@ class PanelState:
             x = self._explainer.slots.get(e.slot)
             sv.prov = _spans(x, e.task, p.n_tokens, p.n_prompt)
             if x is not None:
-                sv.divergence, sv.div_text, sv.why = x.divergence, x.div_text, x.why
+                sv.divergence, sv.div_text, sv.why = x.divergence, x.div_text, why_text(x)
         elif k == T.TASK_DONE:
             self.n_requests += 1
             self.slot(e.slot)
@@ -152,3 +155,12 @@ _EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN))
 #: the kinds `PanelState.apply` folds (every other kind only advances `last_seq`)
 _FOLDED = frozenset((T.INIT, T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_STATE,
                      T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN) + T.CHECKPOINT_MARKS)
+
+
+def why_text(x) -> str:
+    """A request's why line, with the cause of its miss when it reused less than the server held."""
+    if x.miss is None:
+        return x.why
+    m = x.miss
+    tip = f" (try {m.suggest[0]})" if m.suggest else ""
+    return f"{x.why}; MISSED {m.lost} reusable tokens at {m.where}: {m.detail}{tip}"
