@@ -194,21 +194,26 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
         hist = (ckpt_history or {}).get(slot, {})
         sugg = []
         if hist.get("fifo"):
-            sugg.append(f"--ctx-checkpoints {2 * params['ctx_checkpoints']}" if params.get("ctx_checkpoints")
-                        else "--ctx-checkpoints 64")
+            cur = params.get("ctx_checkpoints") or 32
+            sugg += [f"--ctx-checkpoints {n}" for n in dict.fromkeys((2 * cur, max(32, 4 * cur)))]
         if params.get("checkpoint_min_step", 0) > 0:
             sugg.append("--checkpoint-min-step 0")
         if params.get("n_swa", 0) > 0:
             sugg.append("--swa-full")
+        if not sugg:
+            sugg.append("--ctx-checkpoints 64")
+        if ck and min(c[2] for c in ck) > possible:  # every checkpoint lies after the change: no flag can help
+            sugg.append(f"keep the prompt's first {possible} tokens stable: it changes right there")
         del near
         return out("no_checkpoint", f"the memory could not be cut back to {possible} (pos_min {plan.get('pos_min')} >= "
                                     f"{plan.get('pos_min_thold')}) and no checkpoint was at or before it{nearest}"
                                     + (f"; {hist['fifo']} erased by the --ctx-checkpoints cap" if hist.get("fifo") else ""),
-                   sugg or ["--ctx-checkpoints 64"])
+                   sugg)
     if plan.get("ckpt") == "restored":
         return out("checkpoint_early", f"the checkpoint restored ends at {n_past}, {possible - n_past} tokens before the "
-                                       "divergence", ["--checkpoint-min-step 0", "a checkpoint per user message "
-                                                      "(message_delimiters)"])
+                                       "divergence (the server checkpoints a few tokens before each prompt's end; "
+                                       "what follows, the generated reply included, is processed again)",
+                   ["--checkpoint-min-step 0", "a checkpoint per user message (message_delimiters)"])
     return out("other", f"{CAUSES['other']} (how {dec.get('how')}, load {dec.get('load')})")
 
 
