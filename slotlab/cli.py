@@ -52,7 +52,9 @@ def cmd_info(argv: list[str]) -> int:
         f"slots      {s['n_slots']}{' (auto -np)' if s['auto'] else ''}, kv_unified {str(s['kv_unified']).lower()}, "
         f"n_ctx_slot {s['n_ctx_slot']}",
         f"memory     swa_full {str(mem['swa_full']).lower()}, n_swa {mem['n_swa']}, can_shift {str(mem['can_shift']).lower()}, "
-        f"seq_rm {mem['seq_rm_type']}, context checkpoints {'needed' if mem['needs_checkpoints'] else 'not needed'}",
+        f"seq_rm {mem['seq_rm_type']}, context checkpoints {'needed' if mem['needs_checkpoints'] else 'not needed'}"
+        + (f" (one checkpoint of a 1-token sequence: {mem['checkpoint_bytes_1'] / 2**20:.2f} MiB)"
+           if mem["needs_checkpoints"] and mem.get("checkpoint_bytes_1", 0) > 0 else ""),
         f"cache      --cache-ram {ram}, -sps {cache['slot_prompt_similarity']:.2f}, idle slots "
         + ("saved" + (" and cleared" if s["kv_unified"] else "") if cache["cache_idle_slots"] else "not cached")
         + f", --cache-reuse {cache['cache_reuse']}"
@@ -113,6 +115,9 @@ def cmd_replay(argv: list[str]) -> int:
                     "server held for it): where the prompt differed, which mechanism lost the rest, and the flag "
                     "change that would have saved it, tried by replaying the trace up to that request")
     ap.add_argument("--max-misses", type=int, default=5, help="with --why: how many misses get counterfactuals")
+    ap.add_argument("--memory", choices=("real", "paper"), default="real", help="paper: the paper memory (sizes "
+                    "from the GGUF header, nothing decoded, placeholder tokens generated; the model is loaded for "
+                    "its vocabulary only)")
     args = ap.parse_args(argv)
     from slotlab.engine.replay import load_trace, replay
 
@@ -136,7 +141,18 @@ def cmd_replay(argv: list[str]) -> int:
         else:
             print("\n".join(diag.lines()))
         return 0
-    out = replay(trace, progress=progress)
+    if args.memory == "paper":
+        if args.why:
+            raise SlotlabError("--why replays on the real model: drop --memory paper")
+        from slotlab.engine.params import ServerParams
+        from slotlab.engine.replay import resolve_flags
+        from slotlab.llama import Model
+        from slotlab.sim.paper_replay import replay_on_paper
+
+        vocab = Model(ServerParams.from_args(resolve_flags(trace.flags)).model)
+        out = replay_on_paper(trace, model=vocab, progress=progress)
+    else:
+        out = replay(trace, progress=progress)
     eng = out.pop("engine")
     out.pop("tasks")
     if args.events:
@@ -189,28 +205,108 @@ def cmd_serve(argv: list[str]) -> int:
 
 
 def cmd_watch(argv: list[str]) -> int:
+    """`slotlab watch --log FILE` (a finished log), `--follow` / `--url` (live), `-- llama-server ARGS...`
+    (start the server as a child and read its output), `--twin` (slotlab beside it, through a proxy)."""
+    command = None
+    if "--" in argv:
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1:]
     ap = argparse.ArgumentParser(prog="slotlab watch", description="Read a llama-server log (-lv 4 shows every "
-                                 "decision) as slotlab events and report each request as `slotlab replay` does.")
-    ap.add_argument("--log", required=True, help="the server's log: its stderr / stdout, or a --log-file")
+                                 "decision) as slotlab events and report each request as `slotlab replay` does; "
+                                 "live with --follow, --url or `-- llama-server ARGS...`.",
+                                 usage="slotlab watch [--log FILE] [--follow] [--url URL] [--api-key K] [--twin] "
+                                       "[--json] [--events F] [-- llama-server ARGS...]")
+    ap.add_argument("--log", help="the server's log: its stderr / stdout, or a --log-file (with `-- cmd`: where the "
+                                  "child's output is written too)")
+    ap.add_argument("--follow", "-f", action="store_true", help="follow the log live (tail -F: survives rotation)")
+    ap.add_argument("--from-end", action="store_true", help="with --follow: skip what the log holds already")
+    ap.add_argument("--url", help="the server (http://HOST:PORT): /props, /slots, /metrics are polled")
+    ap.add_argument("--api-key", help="the server's --api-key (for the polls and the twin's proxy)")
+    ap.add_argument("--poll", type=float, default=1.0, help="seconds between polls (default 1)")
+    ap.add_argument("--restarts", type=int, default=0, help="with `-- cmd`: restart the server this many times "
+                                                            "when it dies")
+    ap.add_argument("--duration", type=float, help="stop watching after this many seconds (default: Ctrl-C)")
+    ap.add_argument("--twin", action="store_true", help="run slotlab's engine on the requests a proxy in front of "
+                                                        "--url sees, and report the first decision that differs")
+    ap.add_argument("--proxy-port", type=int, help="with --twin: the proxy's port (default: a free one)")
+    ap.add_argument("--twin-flags", help="with --twin: slotlab's flags (default: the server's, from its log)")
+    ap.add_argument("--record", help="with --twin: also record the traffic as a trace file")
     ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
     ap.add_argument("--events", help="also write every event as JSON lines to this file")
     args = ap.parse_args(argv)
-    from slotlab.watch.report import run
+    live = args.follow or args.url or command or args.twin
+    if not live:
+        if not args.log:
+            ap.error("--log FILE is needed (or --follow / --url / -- llama-server ARGS... to watch live)")
+        from slotlab.watch.report import run
 
-    return run(args.log, as_json=args.json, events_path=args.events)
+        return run(args.log, as_json=args.json, events_path=args.events)
+    from slotlab.watch.cli import run_live
+
+    return run_live(args, command)
 
 
-COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch}
+def cmd_proxy(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab proxy", description="A pass-through HTTP proxy for llama-server's "
+                                 "and OpenAI's endpoints (streaming, client disconnects and the API key pass "
+                                 "through) that records every request as a slotlab trace for replay / simulate.")
+    ap.add_argument("--upstream", required=True, help="the server: http://HOST:PORT (or https://...)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    ap.add_argument("--record", help="write the trace here (kept current while the proxy runs)")
+    ap.add_argument("--flags", default="", help="the upstream server's flags, written into the trace "
+                                                "(e.g. \"-np 4 -c 8192\"); the proxy cannot see them")
+    args = ap.parse_args(argv)
+    import shlex
+    import signal
+
+    from slotlab.proxy import ProxyServer
+
+    px = ProxyServer(args.upstream, host=args.host, port=args.port, record=args.record, flags=shlex.split(args.flags))
+    px.start()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    print(f"slotlab proxy: http://{args.host}:{args.port} -> {args.upstream}"
+          + (f", recording to {args.record}" if args.record else ""), file=sys.stderr, flush=True)
+    if args.record and not args.flags:
+        print("slotlab proxy: note: no --flags: the trace will have none (give the server's flags so that replay "
+              "runs the same configuration)", file=sys.stderr, flush=True)
+    px.serve_forever()
+    rec = px.recorder
+    n = len(rec.records)
+    print(f"slotlab proxy: {px.app.n_requests} requests forwarded, {n} recorded, {px.app.n_disconnects} client "
+          f"disconnects, {px.app.n_upstream_errors} upstream errors", file=sys.stderr)
+    for p in (px.app.tap_errors + rec.problems)[-5:]:
+        print(f"slotlab proxy: recorder problem: {p}", file=sys.stderr)
+    return 0
+
+
+def cmd_simulate(argv: list[str]) -> int:
+    from slotlab.sim.cli import simulate_main
+
+    return simulate_main(argv)
+
+
+def cmd_calibrate(argv: list[str]) -> int:
+    from slotlab.sim.cli import calibrate_main
+
+    return calibrate_main(argv)
+
+
+COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
+            "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: slotlab {info,lab,replay,serve,watch} ...\n  info    print model, context, slot configuration and build capabilities\n"
+        print("usage: slotlab {info,lab,replay,serve,watch,proxy,simulate,calibrate} ...\n  info    print model, context, slot configuration and build capabilities\n"
               "  lab     start JupyterLab on the notebooks (settings and workspace in lab/)\n"
               "  replay  replay a request trace as llama-server would serve it (--json for the golden schema)\n"
               "  serve   a llama-server compatible HTTP server on the lab's engine (same flags)\n"
-              "  watch   read a real llama-server's log (--log FILE) into slotlab's events and per-request results")
+              "  watch   read a real llama-server's log (--log FILE; live: --follow, --url, -- llama-server ARGS...)\n"
+              "  proxy   a recording pass-through proxy in front of llama-server (--upstream URL --record trace.json)\n"
+              "  simulate  a trace on the paper memory on a simulated clock (Mooncake .jsonl or slotlab .json)\n"
+              "  calibrate time the model on this machine: the speed model for simulate (-o speed.json)")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:
         return COMMANDS[argv[0]](argv[1:])

@@ -37,6 +37,21 @@ class Backend:
         """The memory-type part of the checkpoint gate (spec 4.2 step 3): one rule, MemoryInfo's."""
         return self.memory().info.needs_checkpoints
 
+    def checkpoint_size_probe(self) -> int:
+        """Bytes of one context checkpoint (a PARTIAL_ONLY state) of a one-token sequence: for a
+        recurrent or hybrid model that is the recurrent state the server snapshots, for SWA the window
+        part. Decodes one token on slot 0 of an idle context and clears it again."""
+        from slotlab.llama import STATE_SEQ_FLAGS_PARTIAL_ONLY, Batch
+
+        b = Batch(1)
+        b.add(0, 0, 0, logits=False)
+        try:
+            if self.ctx.decode(b) != 0:
+                return -1
+            return self.ctx.state_seq_size(0, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        finally:
+            self.ctx.seq_rm(0, -1, -1)
+
     def describe(self) -> dict:
         """Everything `slotlab info` prints, as plain data."""
         from importlib.metadata import version
@@ -59,7 +74,8 @@ class Backend:
                       "n_ctx_slot": self.n_ctx_slot, "kv_unified_per_slot": p.kv_unified_per_slot},
             "memory": {"swa_full": c.swa_full, "n_swa": c.n_swa, "can_shift": c.can_shift,
                        "seq_rm_type": c.seq_rm_type.value if c.seq_rm_type else None,
-                       "needs_checkpoints": self.needs_checkpoints},
+                       "needs_checkpoints": self.needs_checkpoints,
+                       "checkpoint_bytes_1": self.checkpoint_size_probe()},
             "cache": {"cache_ram_mib": p.cache_ram, "slot_prompt_similarity": p.slot_prompt_similarity,
                       "cache_idle_slots": p.cache_idle_slots_effective, "cache_reuse": p.cache_reuse,
                       "ctx_checkpoints": p.ctx_checkpoints, "checkpoint_min_step": p.checkpoint_min_step,

@@ -43,3 +43,23 @@ def test_slot_files_by_default_as_the_server_and_appendices_opt_in(kind):
     assert all(want[i]["cache_n"] == 0 for i in continued)
     ext, _ = _replay(name, "--slot-appendices")
     assert all(ext[i]["cache_n"] > 0 for i in continued)
+
+
+@pytest.mark.parametrize("arch,log", [("qwen35", "hybrid_agent_loop"), ("mamba2", "recurrent_agent_loop")])
+def test_info_reports_the_memory_as_the_servers_log_does(arch, log):
+    """`slotlab info`: seq_rm FULL, checkpoints needed, and one checkpoint of the recurrent state as
+    large as the RS buffer the server's log reports for one sequence."""
+    import re
+
+    from slotlab.engine.backend import load
+    from slotlab.engine.params import ServerParams
+
+    text = (Path(__file__).with_name("traces_tiny") / f"{log}.llama-server.log").read_text()
+    rs_mib = float(re.search(r"llama_memory_recurrent:\s+CPU RS buffer size =\s+([\d.]+) MiB", text).group(1))
+    b = load(ServerParams.from_args(["-m", str(MODELS_DIR / f"{arch}-tiny.gguf"), "-np", "1", "-c", "256"]))
+    try:
+        mem = b.describe()["memory"]
+    finally:
+        b.close()
+    assert mem["seq_rm_type"] == "FULL" and mem["needs_checkpoints"]
+    assert round(mem["checkpoint_bytes_1"] / 2**20, 2) == rs_mib

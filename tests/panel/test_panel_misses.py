@@ -1,0 +1,19 @@
+"""The panel shows each miss's cause: the why line of the request and PanelState.misses (headless,
+on the fake memory; the browser test renders the same state)."""
+
+from slotlab.engine.scheduler import Engine
+from slotlab.memory.fake import FakeMemory
+from slotlab.panel.state import PanelState
+
+SYS = "You are the support assistant of a bicycle shop. Policies: be kind, be brief, be exact. " * 2
+
+
+def test_the_why_line_carries_the_cause_and_the_suggested_flag():
+    e = Engine("-np 1 -c 4096 --cache-ram 0 --ctx-checkpoints 0", memory=FakeMemory(n_slots=1, n_swa=512))
+    for p in (SYS + "user: my brakes squeal", SYS + "user: my brakes squeal. assistant: ok. user: and the chain?"):
+        t = e.submit(p, n_predict=4)
+        e.run_until(lambda: t.done)
+    st = PanelState.from_bus(e.events)
+    task, slot, line = st.why[-1]
+    assert task == 1 and "MISSED" in line and "no checkpoint was at or before it" in line and "(try --swa-full)" in line
+    assert [m.cause for m in st.misses] == ["no_checkpoint"] and st.slots[0].why == line
