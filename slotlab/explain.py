@@ -243,6 +243,7 @@ class Explainer:
         self.misses: collections.deque = collections.deque(maxlen=max_lines)
         self.lost_by_cause: collections.Counter = collections.Counter()  # tokens lost, whole run
         self.ckpt_history: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.unsubscribe = None  # set by attach()
 
     def apply(self, e) -> Explanation | None:
         k, d = e.kind, e.data
@@ -303,3 +304,23 @@ def _params_of(init: dict) -> dict:
     out.setdefault("ctx_checkpoints", 32)
     out.setdefault("checkpoint_min_step", 0)
     return out
+
+
+def attach(bus) -> "Explainer":
+    """Fold `bus` as it goes and emit a `request_miss` event (slotlab.engine.event_types) right after
+    each prompt plan whose request lost reusable tokens, so every consumer of the stream (the panel's
+    event log, `replay --events`, a notebook) sees the cause as data. Returns the explainer."""
+    x = Explainer()
+
+    def on_event(e) -> None:
+        if e.kind == "request_miss":
+            return
+        r = x.apply(e)
+        if r is not None and r.miss is not None:
+            m = r.miss
+            bus.emit("request_miss", m.line(), level="INF", slot=m.slot, task=m.task, cause=m.cause, lost=m.lost,
+                     possible=m.possible, n_past=m.n_past, n_prompt=m.n_prompt, where=m.where, detail=m.detail,
+                     prompt_text=m.prompt_text, held_text=m.held_text, suggest=list(m.suggest))
+
+    x.unsubscribe = bus.subscribe(on_event)
+    return x

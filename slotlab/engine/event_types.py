@@ -111,6 +111,8 @@ SPEC_VERIFY = "spec_verify"
 SLOT_SNAPSHOT = "slot_snapshot"
 # a source's line that maps to no decision (a real server's log line the watcher does not know)
 LOG = "log"
+# explanations derived from the facts above (slotlab.explain.attach)
+REQUEST_MISS = "request_miss"
 
 #: the `slot_clear` reasons that count as an eviction on the panel (the slot's KV is gone for good)
 EVICTING_CLEARS = ("idle_clear", "purge")
@@ -982,6 +984,41 @@ class Log(LogEvent):
     """One log line of a watched llama-server that the reader does not map to a decision; the line
     is in `message`, its level in the event's level."""
     KINDS = (LOG,)
+
+
+# ---------------------------------------------------------------------------------------------- explanations
+
+@_family("explain")
+class ExplainEvent(Payload):
+    """Derived, not decided: what `slotlab.explain` concludes from the facts above, emitted right after
+    the fact that completes it (so a log, a panel or `--events` carries it like any other event)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestMiss(ExplainEvent):
+    """The request reused fewer tokens than the server held for it; `message` is the plain line."""
+    KINDS = (REQUEST_MISS,)
+    cause: str
+    """`dropped`, `busy`, `pinned`, `threshold`, `slot_kept`, `floor`, `two_axis`, `restore_failed`,
+    `no_checkpoint`, `checkpoint_early`, `cache_prompt_off`, `other` (slotlab.explain.CAUSES)."""
+    lost: int
+    """Tokens that could have been reused and were prefilled again."""
+    possible: int
+    """The longest prefix held (or dropped lately), capped at n_prompt - 1."""
+    n_past: int
+    """Tokens actually reused."""
+    n_prompt: int
+    """Prompt length."""
+    where: str
+    """Where the prefix was: `slot N` or `entry #N`."""
+    detail: str
+    """The mechanism in words, with its numbers."""
+    prompt_text: str = ""
+    """A few tokens of the prompt around the divergence."""
+    held_text: str = ""
+    """The same span of what was held."""
+    suggest: list = dataclasses.field(default_factory=list)
+    """Candidate changes, most specific first (flags, or advice)."""
 
 
 # ---------------------------------------------------------------------------------------------- registry and validation

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from slotlab import explain
 from slotlab.engine.core import ServerCore
+from slotlab.engine.events import EventBus
 from slotlab.engine.driver import Driver, EngineDied
 from slotlab.engine.observe import cache_json, slots_json
 from slotlab.engine.params import ServerParams
@@ -56,7 +58,10 @@ class Engine:
             self.backend = backend or load(params, model=model)
             memory = self.backend.memory()
         self.memory = memory
-        self.core = ServerCore(params, memory, allocate=allocate)
+        bus = EventBus()
+        # explanations ride the same stream: a request_miss event after each request that lost tokens
+        self.explainer = explain.attach(bus)
+        self.core = ServerCore(params, memory, allocate=allocate, events=bus)
         self.driver = Driver(self.core)
 
     # ------------------------------------------------------------------ what views read

@@ -151,7 +151,7 @@ def _spans(x, task: int, n_tokens: int, n_prompt: int) -> list:
 
 _SNAPSHOT_FIELDS = ("n_tokens", "n_prompt", "n_past", "prompt_n", "n_gen", "origin", "shifts", "checkpoints")
 #: the kinds the explainer folds (slot decisions, prompt plans, init for -sps)
-_EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN))
+_EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVICT))
 #: the kinds `PanelState.apply` folds (every other kind only advances `last_seq`)
 _FOLDED = frozenset((T.INIT, T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_STATE,
                      T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN) + T.CHECKPOINT_MARKS)

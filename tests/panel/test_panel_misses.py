@@ -17,3 +17,6 @@ def test_the_why_line_carries_the_cause_and_the_suggested_flag():
     task, slot, line = st.why[-1]
     assert task == 1 and "MISSED" in line and "no checkpoint was at or before it" in line and "(try --swa-full)" in line
     assert [m.cause for m in st.misses] == ["no_checkpoint"] and st.slots[0].why == line
+    ev = [x for x in e.events.log if x.kind == "request_miss"]  # the cause as data, in the event log
+    assert len(ev) == 1 and ev[0].task == 1 and ev[0].data["cause"] == "no_checkpoint" and "--swa-full" in ev[0].data["suggest"]
+    assert ev[0].seq == next(x.seq for x in e.events.log if x.kind == "prompt_plan" and x.task == 1) + 1
