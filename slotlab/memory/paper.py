@@ -138,7 +138,7 @@ class PaperAllocator:
     moment it allocates the new entry those are still counted, although the server freed them
     (`states.pop_front()`) before its allocation. `bind(cache)` counts what the server's heap holds
     instead: the bytes of the cache's current entries (`size()`: state blobs and checkpoints) plus
-    the blobs handed out for the entry being built and not yet appended. `PaperAllocator.bind` is used
+    the blobs handed out for the entry being built (since the last entry was appended) and still alive. `PaperAllocator.bind` is used
     by the simulator (slotlab/sim/paper_replay.py `paper_engine`)."""
 
     def __init__(self, limit_bytes: int | None = None, cache=None):
@@ -148,7 +148,7 @@ class PaperAllocator:
         self.n_alloc = 0
         self.n_failed = 0
         self.cache = cache
-        self._pending: list = []  # weakrefs to blobs handed out, not yet seen in an entry (bound only)
+        self._pending: list = []  # (weakref, cache._next_id then): blobs of the entry being built (bound only)
 
     def bind(self, cache) -> "PaperAllocator":
         """Count the bytes `cache` (a `PromptCache`) holds, as the server frees them (class docstring)."""
@@ -167,11 +167,12 @@ class PaperAllocator:
             held += e.size()
             ids.add(id(e.main))
             ids.add(id(e.drft))
+        mark = getattr(self.cache, "_next_id", None)  # bumps when an entry is appended
         pending = []
-        for w in self._pending:
+        for w, m in self._pending:
             b = w()
-            if b is not None and id(b) not in ids:
-                pending.append(w)
+            if b is not None and m == mark and id(b) not in ids:
+                pending.append((w, m))
                 held += len(b)
         self._pending = pending
         return held
@@ -188,7 +189,7 @@ class PaperAllocator:
         self.peak_bytes = max(self.peak_bytes, live + n)
         weakref.finalize(blob, self._free, n)
         if self.cache is not None:
-            self._pending.append(weakref.ref(blob))
+            self._pending.append((weakref.ref(blob), getattr(self.cache, "_next_id", None)))
         return blob
 
 
@@ -1068,20 +1069,21 @@ class _Ctx:
             return -1
         # llama_batch_allocr::init: positions must continue each sequence (Y = X + 1), never decrease
         runs = self._runs(seq)
-        for q in np.unique(seq):
-            q = int(q)
-            pq = pos[seq == q]
-            if np.any(np.diff(pq) < 0):
+        one = len(runs) == 1
+        for q in sorted({r[0] for r in runs}):  # np.unique(seq), from the runs
+            pq = pos if one else pos[seq == q]
+            d = np.diff(pq)
+            if np.any(d < 0):
                 return -1
             p0 = self.pos_max(q)
-            lo, hi = int(pq.min()), int(pq.max())
+            lo, hi = int(pq[0]), int(pq[-1])  # sorted: the extremes are the ends
             if self.profile.n_pos_per_embd > 1:
                 if p0 >= 0 and p0 >= lo:
                     return -1
             else:
                 if p0 >= 0 and lo != p0 + 1:
                     return -1
-                if hi - lo + 1 > len(np.unique(pq)):
+                if hi - lo + 1 > 1 + int(np.count_nonzero(d)):  # distinct values of a sorted array
                     return -1
         unified = self.caches[0].spec.n_stream == 1
         if self.iswa:
@@ -1128,8 +1130,11 @@ def _split_equal(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) -> list
     """`split_equal`: per ubatch, a set of sequences (in order of appearance; with `sequential`
     consecutive increasing ids), the same number of rows of each."""
     rows_of: dict[int, np.ndarray] = {}
-    for q in np.unique(seq):
-        rows_of[int(q)] = np.flatnonzero(seq == q)
+    if len(runs) == 1:
+        rows_of[runs[0][0]] = np.arange(len(seq))
+    else:
+        for q in sorted({r[0] for r in runs}):  # np.unique(seq), from the runs
+            rows_of[q] = np.flatnonzero(seq == q)
     cur_idx = {q: 0 for q in rows_of}
     n_left = len(seq)
     out = []

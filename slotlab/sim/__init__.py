@@ -4,4 +4,6 @@
 * `paper_replay.replay_on_paper` - `slotlab replay --memory paper`;
 * `speed.SpeedModel` - step time from the batch (calibrated or given);
 * `traces` - importers (slotlab trace JSON with arrival times, Mooncake JSONL);
-* `simulate.simulate` - the event-driven run and its report."""
+* `simulate.simulate` - the event-driven run and its report;
+* `fastforward.FastForward` - k generation-only steps at once, with the decisions of k steps;
+* `whatif` - a grid of simulations over flag values (`python -m slotlab.sim.whatif`, `main(argv)`)."""

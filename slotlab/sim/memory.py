@@ -5,7 +5,7 @@
   order and falls back to the paper memory's placeholders (ids that match no prompt token) after
   the script, or for a request without one. Which request a sampler serves is looked up in the
   core's slots (`bind(core)`), since the memory interface's `sampler()` is not told.
-* **Decode accounting** for a simulated clock: `decoded` collects `(n_tokens, n_seqs)` of every
+* **Decode accounting** for a simulated clock: `decoded` collects the token count of every
   successful target decode; the simulator reads and clears it after each engine step.
 
 Nothing else differs from `PaperMemory`: every decision the core takes on it is the one it takes
@@ -57,7 +57,7 @@ class SimMemory(PaperMemory):
         super().__init__(*args, **kw)
         self.core = None
         self.scripts: dict[int, np.ndarray] = {}
-        self.decoded: list[tuple[int, int]] = []
+        self.decoded: list[int] = []
 
     def bind(self, core) -> "SimMemory":
         """The core whose slots tell which task a sampler serves (Engine(...).core)."""
@@ -77,6 +77,5 @@ class SimMemory(PaperMemory):
     def decode(self, batch, off: int, n: int) -> int:
         ret = super().decode(batch, off, n)
         if ret == 0:
-            seq = batch.seq[off:off + n]
-            self.decoded.append((n, int(len(np.unique(seq))) if n > 1 else 1))
+            self.decoded.append(n)
         return ret

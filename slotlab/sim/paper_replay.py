@@ -27,7 +27,7 @@ __all__ = ["paper_engine", "replay_on_paper", "recorded_outputs"]
 
 def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_bytes: int | None = None):
     """An `Engine` on a `SimMemory` for llama-server `flags` (a list, string or ServerParams), with a
-    `PaperAllocator` (returned as `engine.allocator`)."""
+    `PaperAllocator` bound to the engine's RAM cache (returned as `engine.allocator`)."""
     from slotlab.engine.params import ServerParams
     from slotlab.engine.scheduler import Engine
 
@@ -35,6 +35,8 @@ def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_
     mem = SimMemory.from_params(params, profile=profile, vocab=vocab)
     alloc = PaperAllocator(limit_bytes=limit_bytes)
     eng = Engine(params, memory=mem, allocate=alloc)
+    if eng.core.cache is not None:
+        alloc.bind(eng.core.cache)  # peak / budget as the server's heap holds them (PaperAllocator.bind)
     mem.bind(eng.core)
     eng.allocator = alloc
     return eng

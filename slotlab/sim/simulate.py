@@ -7,6 +7,12 @@ decode's token count); a request is submitted when the clock reaches its arrival
 is idle the clock jumps to the next arrival (a discrete-event clock: nothing happens in between, so
 nothing is computed). Concurrency, deferral, idle-slot saves and the queue follow from the arrivals.
 
+Fast mode (`fast=True`, the default) gives the same per-request results and decisions with far fewer
+engine steps: generation-only stretches are fast-forwarded (fastforward.py), and requests that arrive
+while every slot is busy are held by the simulator until the server would launch them (`_post_order`)
+instead of being posted and deferred. Only `decode` / `slot_snapshot` events (summarized) and the
+deferral passes' events differ from `fast=False`.
+
 Generated tokens come from the trace where it has them (`output`), otherwise they are the paper
 memory's placeholders (ids that match no prompt token).
 
@@ -16,6 +22,7 @@ peak cache bytes, queue wait and TTFT p50 / p99."""
 
 from __future__ import annotations
 
+import collections
 import sys
 import time
 from collections import Counter
@@ -25,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from slotlab.engine import event_types as T
+from slotlab.sim.fastforward import FastForward
 from slotlab.sim.paper_replay import paper_engine
 from slotlab.sim.speed import SpeedModel
 from slotlab.sim.traces import SimTrace, infinite_cache_bound
@@ -98,10 +106,12 @@ def _pct(xs, q) -> float:
 
 def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: SpeedModel, profile=None, vocab=None,
              progress: Callable[[int, int, float], None] | None = None, keep_events: bool = False,
-             max_log: int = 20_000) -> SimResult:
+             max_log: int = 20_000, fast: bool = True, listen: Callable | None = None) -> SimResult:
     """Run `trace` (its requests with arrivals) under llama-server `flags` (default: the trace's) on a
     paper memory for `profile` (default: the GGUF at -m / the default model), with step times from
-    `speed`. `vocab` tokenizes text prompts."""
+    `speed`. `vocab` tokenizes text prompts. `fast`: fast-forward pure generation (fastforward.py;
+    the same decisions and results, fewer `decode` / `slot_snapshot` events); `listen(event)` is
+    subscribed to the engine's events before the first request."""
     from slotlab.engine.params import ServerParams
 
     wall0 = time.perf_counter()
@@ -123,6 +133,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     evictions: Counter = Counter()
     clears: Counter = Counter()
     clock = [0.0]
+    peak = [0]
 
     def on_event(ev) -> None:
         k = ev.kind
@@ -130,6 +141,10 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
             r = by_task.get(ev.task)
             if r is not None and r.launched is None:
                 r.launched = clock[0]
+        elif k == T.CACHE_ALLOC:  # the cache's size just after an append (checkpoints included) is a peak
+            sz = core.cache.size()
+            if sz > peak[0]:
+                peak[0] = sz
         elif k == T.CACHE_EVICT:
             evictions[ev.data.get("reason", "?")] += 1
         elif k == T.SLOT_CLEAR:
@@ -137,6 +152,8 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
                 clears[ev.data.get("reason", "?")] += 1
 
     eng.events.subscribe(on_event)
+    if listen is not None:
+        eng.events.subscribe(listen)
     pending_first: dict[int, _Rec] = {}
 
     def on_token(task, tok) -> None:
@@ -146,58 +163,84 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
 
     i = 0
     n_done = 0
-    open_recs: list[_Rec] = []
     step = core.step
     decoded = mem.decoded
     dt_of = speed.decode_time
+    ff = FastForward(core, dt_of, first_token_only=on_token) if fast else None
+    # hold-back (fast mode, requests without id_slot): a request that arrives while every slot is busy
+    # is kept here instead of being posted and deferred; see _post_order
+    hold = fast and not any("id_slot" in q.fields for q in reqs)
+    held: collections.deque[int] = collections.deque()
     last_report = 0.0
+    inf = float("inf")
+
+    def post(j: int) -> None:
+        q, r = reqs[j], recs[j]
+        kw = dict(q.fields)
+        kw.setdefault("n_predict", q.n_predict)
+        t = core.completion_task(q.tokens(vocab), ignore_eos=True, on_token=on_token, **kw)
+        r.task = t
+        by_task[t.id] = r
+        if q.output is not None and len(q.output):
+            mem.scripts[t.id] = q.output
+        core.post(t)
+
     while True:
         now = clock[0]
+        i0 = i
         while i < n and reqs[i].arrival <= now:
-            q, r = reqs[i], recs[i]
-            kw = dict(q.fields)
-            kw.setdefault("n_predict", q.n_predict)
-            t = core.completion_task(q.tokens(vocab), ignore_eos=True, on_token=on_token, **kw)
-            r.task = t
-            by_task[t.id] = r
-            if q.output is not None and len(q.output):
-                mem.scripts[t.id] = q.output
-            core.post(t)
-            open_recs.append(r)
             i += 1
+        if not hold:
+            for j in range(i0, i):
+                post(j)
+        elif held or i > i0:
+            for j in _post_order(held, range(i0, i), sum(1 for s in core.slots if not s.is_processing)):
+                post(j)
         busy = core.tq.pending() or any(s.is_processing for s in core.slots)
         if not busy:
             if i >= n:
                 break
             clock[0] = max(now, reqs[i].arrival)
             continue
+        # step() is process_new_tasks() then update_slots(): the tasks first, so that the tasks in
+        # the slots are known (only they can finish in this step) and a fast-forward can follow
+        core.process_new_tasks()
+        if ff is not None:
+            nxt = reqs[i].arrival if i < n else inf
+            if hold and all(s.is_processing for s in core.slots):
+                nxt = inf  # an arrival now would only be held: it changes nothing in the server
+            k, c = ff.advance(now, nxt)
+            if k:
+                clock[0] = c
+                continue
+        running = [s.task for s in core.slots if s.task is not None]
         decoded.clear()
-        step()
+        step()  # its process_new_tasks() finds the queue empty
         dt = 0.0
-        for nt, _ in decoded:
+        for nt in decoded:
             dt += dt_of(nt)
         clock[0] = now + dt
         if pending_first:
             for r in pending_first.values():
                 r.first = clock[0]
             pending_first.clear()
-        if open_recs and any(r.task.done for r in open_recs):
-            still = []
-            for r in open_recs:
-                if r.task.done:
+        fin = False
+        for t in running:
+            if t.done:
+                r = by_task.get(t.id)
+                if r is not None and r.end is None:
                     r.end = clock[0]
                     if r.launched is None:
                         r.launched = now
-                    r.task = _summary(r.task)
+                    r.task = _summary(t)
+                    core.tq.tasks.pop(t.id, None)  # the queue's registry keeps every task (and its prompt)
                     n_done += 1
-                else:
-                    still.append(r)
-            open_recs = still
-            if progress is not None:
-                w = time.perf_counter()
-                if w - last_report > 0.2 or n_done == n:
-                    last_report = w
-                    progress(n_done, n, clock[0])
+                    fin = True
+        if fin and progress is not None:
+            w = time.perf_counter()
+            if w - last_report > 0.2 or n_done == n:
+                last_report = w
+                progress(n_done, n, clock[0])
     if progress is not None:
         progress(n, n, clock[0])
     results = []
@@ -221,13 +264,39 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         "tokens_generated": sum(d["predicted_n"] for d in ok),
         "infinite_cache_tokens": bound if trace.block else None,
         "evictions": dict(evictions), "slot_clears": dict(clears),
-        "peak_cache_bytes": alloc.peak_bytes,
+        "peak_cache_bytes": max(alloc.peak_bytes, peak[0]),
         "queue_wait_p50": _pct(waits, 50), "queue_wait_p99": _pct(waits, 99),
         "ttft_p50": _pct(ttfts, 50), "ttft_p99": _pct(ttfts, 99),
         "speed": speed.source or f"t_fixed {speed.t_fixed:g} s, t_token {speed.t_token:g} s",
         "n_steps": mem.stats["decode"],
+        "fast_forward_steps": ff.n_steps if ff is not None else 0,
+        "fast_forwards": ff.n_bulk if ff is not None else 0,
     }
     return SimResult(list(flags), results, totals, eng, wall_s=time.perf_counter() - wall0)
+
+
+def _post_order(held: "collections.deque[int]", new, n_idle: int) -> list[int]:
+    """Which requests to post now, in order, when the simulator holds back those the server would
+    only defer (all requests without `id_slot`), and update `held` (oldest first).
+
+    The server, with the held requests as its deferred list D, would now have in its queue the r = min(
+    idle slots, |D|) oldest of D, each put at the FRONT by one release (so the newest of them first),
+    followed by the new arrivals; each launches while a slot is idle (an idle slot is always found
+    without `id_slot`), the rest is deferred at the end of D. So: post those r in reverse order, then
+    as many new arrivals as slots remain idle, and hold the others. Launch order, slots and every
+    cache decision are the server's; only the deferral passes (task_queued at arrival, slot_skip x n,
+    slot_decision with no slot, task_deferred, task_undeferred) are not emitted, and the task ids of
+    requests launched in the same step can be numbered in another order."""
+    r = min(n_idle, len(held))
+    out = [held.popleft() for _ in range(r)][::-1]
+    free = n_idle - r
+    for j in new:
+        if free > 0:
+            out.append(j)
+            free -= 1
+        else:
+            held.append(j)
+    return out
 
 
 def _summary(task) -> dict:

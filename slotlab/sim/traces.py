@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,14 @@ def block_tokens(block_id: int, n: int, lo: int, hi: int) -> np.ndarray:
     return (lo + (x % np.uint64(hi - lo))).astype(np.int32)
 
 
+@functools.lru_cache(maxsize=8192)
+def _full_block(block_id: int, lo: int, hi: int) -> np.ndarray:
+    """`block_tokens(block_id, BLOCK, lo, hi)`, cached (blocks recur: shared prefixes); read-only."""
+    a = block_tokens(block_id, BLOCK, lo, hi)
+    a.flags.writeable = False
+    return a
+
+
 def _mooncake_maker(hash_ids, n: int, lo: int, hi: int) -> Callable[[], np.ndarray]:
     def make() -> np.ndarray:
         parts, left = [], n
@@ -75,7 +84,7 @@ def _mooncake_maker(hash_ids, n: int, lo: int, hi: int) -> Callable[[], np.ndarr
             k = min(BLOCK, left)
             if k <= 0:
                 break
-            parts.append(block_tokens(int(h), k, lo, hi))
+            parts.append(_full_block(int(h), lo, hi)[:k])  # a block's first k tokens: block_tokens(h, k)
             left -= k
         if left > 0:  # more tokens than blocks: a tail of its own (never shared)
             parts.append(block_tokens(-1 & 0x7FFFFFFFFFFF, left, lo, hi))

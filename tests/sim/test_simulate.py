@@ -58,3 +58,18 @@ def test_simulate_scripted_outputs_and_concurrency():
     a, b = res.results
     assert {a["id_slot"], b["id_slot"]} == {0, 1}  # concurrent: both slots
     assert a["queue_wait"] == 0 and b["queue_wait"] == 0
+
+
+def test_peak_cache_bytes_stay_within_cache_ram():
+    """The server never holds more than --cache-ram in its RAM cache: `alloc` evicts to make room
+    (freeing the entries, `states.pop_front()`) before it allocates the new entry. The paper
+    allocator bound to the cache counts it that way; unbound, it counted the evicted entries that
+    `PromptCache.alloc` still references in a local list at that moment (the old 11.6 GiB at 8 GiB)."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent / "data" / "mooncake_conversation_first500.jsonl"
+    res = simulate(load_mooncake(data, limit=60), "-np 2 --cache-ram 1024", speed=SpeedModel.from_rates(8000, 60),
+                   profile=PROFILE)
+    t = res.totals
+    assert t["evictions"].get("make_room", 0) > 5
+    assert 900 * 2**20 < t["peak_cache_bytes"] <= 1024 * 2**20

@@ -1,0 +1,293 @@
+"""`slotlab whatif TRACE --vary "--cache-ram 0,4096,16384" --vary "-np 1,4,8"`: a grid of simulations.
+
+Every combination of the `--vary` values is simulated on the trace (slotlab.sim.simulate, fast mode, the
+paper memory: no model), in parallel (a `multiprocessing.Pool` of min(cores, runs) workers, `--jobs`),
+and compared in one table: prompt tokens reused and how much of the infinite-cache bound that is
+(Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
+names the best setting whose RAM cache stayed within N MiB (best = lowest `--objective`, default TTFT
+p50); `--html F` writes a plotly figure of the grid.
+
+Other arguments are llama-server flags shared by every run (default: the trace's); a varied flag
+replaces the same flag there. The model is `--profile` (a JSON profile, a shipped name such as
+llama-3.1-8b, or a GGUF), the speed `--speed` JSON or `--prefill-tps` / `--gen-tps`.
+
+Usable without touching slotlab/cli.py as `python -m slotlab.sim.whatif ...`; `main(argv)` is the
+entry point a `slotlab whatif` subcommand calls."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "write_html", "main"]
+
+OBJECTIVES = {"ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "prefill": "tokens prefilled"}
+
+
+@dataclass
+class WhatIfRun:
+    setting: dict  # flag -> value, the varied ones
+    flags: list
+    n_requests: int = 0
+    n_errors: int = 0
+    prompt_tokens: int = 0
+    tokens_reused: int = 0
+    tokens_prefilled: int = 0
+    bound_tokens: int | None = None
+    peak_cache_bytes: int = 0
+    ttft_p50: float = 0.0
+    ttft_p99: float = 0.0
+    queue_wait_p50: float = 0.0
+    sim_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    error: str | None = None  # the run itself failed (bad flags, ...)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k} {v}" for k, v in self.setting.items())
+
+    @property
+    def reuse(self) -> float:
+        return self.tokens_reused / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def of_bound(self) -> float | None:
+        return self.tokens_reused / self.bound_tokens if self.bound_tokens else None
+
+    def value(self, objective: str) -> float:
+        return {"ttft_p50": self.ttft_p50, "ttft_p99": self.ttft_p99, "prefill": float(self.tokens_prefilled)}[objective]
+
+
+def parse_vary(spec: str) -> tuple[str, list[str]]:
+    """`"--cache-ram 0,4096,16384"` -> ("--cache-ram", ["0", "4096", "16384"])."""
+    parts = spec.split(None, 1)
+    if len(parts) != 2 or not parts[0].startswith("-"):
+        raise ValueError(f"--vary {spec!r}: expected a flag and comma-separated values, e.g. \"--cache-ram 0,4096\"")
+    vals = [v.strip() for v in parts[1].split(",") if v.strip()]
+    if not vals:
+        raise ValueError(f"--vary {spec!r}: no values")
+    return parts[0], vals
+
+
+def _with_flag(flags: list[str], flag: str, value: str) -> list[str]:
+    """`flags` with `flag value` replacing any occurrence of `flag` (and its value)."""
+    out, i = [], 0
+    while i < len(flags):
+        if flags[i] == flag:
+            i += 2 if i + 1 < len(flags) and not (flags[i + 1].startswith("-") and not _is_number(flags[i + 1])) else 1
+            continue
+        out.append(flags[i])
+        i += 1
+    return out + [flag, value]
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def grid(base: list[str], varies: list[tuple[str, list[str]]]) -> list[tuple[dict, list[str]]]:
+    """Every combination: (setting, flags)."""
+    out = []
+    for combo in itertools.product(*[vals for _, vals in varies]):
+        flags = list(base)
+        setting = {}
+        for (flag, _), v in zip(varies, combo):
+            flags = _with_flag(flags, flag, v)
+            setting[flag] = v
+        out.append((setting, flags))
+    return out
+
+
+def _run_one(job: dict) -> dict:
+    """One simulation (in a worker): the trace is loaded here, so only paths and numbers travel."""
+    from slotlab.sim.cli import resolve_profile
+    from slotlab.sim.simulate import simulate
+    from slotlab.sim.speed import SpeedModel
+    from slotlab.sim.traces import load_sim_trace
+
+    run = WhatIfRun(job["setting"], job["flags"])
+    t0 = time.perf_counter()
+    try:
+        kw = {"time_scale": job["time_scale"]} if str(job["trace"]).endswith(".jsonl") else {}
+        trace = load_sim_trace(job["trace"], limit=job.get("limit"), **kw)
+        speed = SpeedModel(**job["speed"])
+        res = simulate(trace, job["flags"], speed=speed, profile=resolve_profile(job.get("profile")))
+        t = res.totals
+        run.n_requests, run.n_errors = t["n_requests"], t["n_errors"]
+        run.prompt_tokens, run.tokens_reused, run.tokens_prefilled = t["prompt_tokens"], t["tokens_reused"], t["tokens_prefilled"]
+        run.bound_tokens = t.get("infinite_cache_tokens")
+        run.peak_cache_bytes = t["peak_cache_bytes"]
+        run.ttft_p50, run.ttft_p99, run.queue_wait_p50 = t["ttft_p50"], t["ttft_p99"], t["queue_wait_p50"]
+        run.sim_seconds = t["sim_seconds"]
+        run.extra = {"evictions": t["evictions"]}
+        res.engine = None
+    except (Exception, SystemExit) as ex:  # noqa: BLE001 - one bad setting must not stop the grid
+        run.error = f"{type(ex).__name__}: {ex}"
+    run.wall_seconds = time.perf_counter() - t0
+    return asdict(run)
+
+
+def run_grid(trace: str, base: list[str], varies, *, speed, profile: str | None = None, limit: int | None = None,
+             time_scale: float = 1.0, jobs: int | None = None, progress=None) -> list[WhatIfRun]:
+    """Simulate every setting of the grid; results in grid order."""
+    settings = grid(base, varies)
+    job_list = [{"setting": s, "flags": f, "trace": str(trace), "limit": limit, "time_scale": time_scale,
+                 "profile": profile, "speed": {k: v for k, v in asdict(speed).items()}} for s, f in settings]
+    n = len(job_list)
+    workers = max(1, min(jobs or os.cpu_count() or 1, n))
+    out: list[dict] = []
+    if workers == 1:
+        for j in job_list:
+            out.append(_run_one(j))
+            if progress:
+                progress(len(out), n)
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("fork" if sys.platform != "win32" else "spawn").Pool(workers) as pool:
+            for d in pool.imap(_run_one, job_list):
+                out.append(d)
+                if progress:
+                    progress(len(out), n)
+    return [WhatIfRun(**d) for d in out]
+
+
+def best(runs: list[WhatIfRun], budget_mib: float | None, objective: str = "ttft_p50") -> WhatIfRun | None:
+    """The run with the lowest `objective` among those that ran, served every request and kept the RAM
+    cache within `budget_mib` (None: no budget); ties go to less RAM."""
+    ok = [r for r in runs if r.error is None and r.n_errors < r.n_requests
+          and (budget_mib is None or r.peak_cache_bytes <= budget_mib * 2**20)]
+    if not ok:
+        return None
+    return min(ok, key=lambda r: (r.value(objective), r.peak_cache_bytes, -r.tokens_reused))
+
+
+def table_lines(runs: list[WhatIfRun]) -> list[str]:
+    w = max([len(r.label) for r in runs] + [7])
+    head = (f"{'setting':<{w}} {'reused':>7} {'of bound':>8} {'prefilled':>11} {'peak RAM':>10} "
+            f"{'TTFT p50':>9} {'TTFT p99':>9} {'errors':>6} {'wall':>6}")
+    out = [head, "-" * len(head)]
+    for r in runs:
+        if r.error:
+            out.append(f"{r.label:<{w}} failed: {r.error}")
+            continue
+        ob = f"{100 * r.of_bound:.1f} %" if r.of_bound is not None else "-"
+        out.append(f"{r.label:<{w}} {100 * r.reuse:>5.1f} % {ob:>8} {r.tokens_prefilled:>11,} "
+                   f"{r.peak_cache_bytes / 2**20:>6.0f} MiB {r.ttft_p50:>8.2f}s {r.ttft_p99:>8.2f}s {r.n_errors:>6} "
+                   f"{r.wall_seconds:>5.1f}s")
+    if runs and runs[0].bound_tokens:
+        r0 = runs[0]
+        out.append(f"bound: an infinite prefix cache could reuse {r0.bound_tokens:,} of {r0.prompt_tokens:,} prompt "
+                   f"tokens ({100 * r0.bound_tokens / r0.prompt_tokens:.1f} %); 'of bound' = reused / that")
+    return out
+
+
+def write_html(runs: list[WhatIfRun], path, *, pick: WhatIfRun | None = None, budget_mib: float | None = None,
+               title: str = "slotlab whatif") -> None:
+    """A plotly figure: per setting, reuse vs the bound, tokens prefilled, peak RAM cache, TTFT p50 / p99."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    ok = [r for r in runs if r.error is None]
+    labels = [r.label for r in ok]
+    colors = ["#d62728" if pick is not None and r is pick else "#1f77b4" for r in ok]
+    fig = make_subplots(rows=2, cols=2, subplot_titles=("prompt tokens reused (% of prompt; line: infinite cache)",
+                                                        "tokens prefilled", "peak RAM cache (MiB)",
+                                                        "TTFT (s): p50 bars, p99 markers"))
+    fig.add_trace(go.Bar(x=labels, y=[100 * r.reuse for r in ok], marker_color=colors, name="reused %"), 1, 1)
+    if ok and ok[0].bound_tokens:
+        bound = 100 * ok[0].bound_tokens / ok[0].prompt_tokens
+        fig.add_trace(go.Scatter(x=labels, y=[bound] * len(ok), mode="lines", name="infinite-cache bound",
+                                 line=dict(dash="dash", color="gray")), 1, 1)
+    fig.add_trace(go.Bar(x=labels, y=[r.tokens_prefilled for r in ok], marker_color=colors, name="prefilled"), 1, 2)
+    fig.add_trace(go.Bar(x=labels, y=[r.peak_cache_bytes / 2**20 for r in ok], marker_color=colors, name="peak RAM"),
+                  2, 1)
+    if budget_mib is not None:
+        fig.add_trace(go.Scatter(x=labels, y=[budget_mib] * len(ok), mode="lines", name="budget",
+                                 line=dict(dash="dot", color="red")), 2, 1)
+    fig.add_trace(go.Bar(x=labels, y=[r.ttft_p50 for r in ok], marker_color=colors, name="TTFT p50"), 2, 2)
+    fig.add_trace(go.Scatter(x=labels, y=[r.ttft_p99 for r in ok], mode="markers", name="TTFT p99",
+                             marker=dict(symbol="diamond", color="black")), 2, 2)
+    sub = f"best within {budget_mib:g} MiB: {pick.label}" if pick is not None and budget_mib is not None else (
+        f"best: {pick.label}" if pick is not None else "")
+    fig.update_layout(title=f"{title}<br><sup>{sub}</sup>", showlegend=True, height=800)
+    fig.write_html(str(path), include_plotlyjs="cdn")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="slotlab whatif", description="Simulate a trace under a grid of llama-server "
+                                 "flag settings (paper memory, no model) and compare reuse, prefill, RAM and TTFT.",
+                                 epilog="Other arguments are llama-server flags shared by every run (default: the "
+                                 "trace's flags).")
+    ap.add_argument("trace", help="a Mooncake .jsonl, or a slotlab trace .json (with arrival / output per request)")
+    ap.add_argument("--vary", action="append", required=True, metavar='"FLAG V1,V2,..."',
+                    help='a flag and its values, e.g. --vary "--cache-ram 0,4096,16384" (repeatable: the grid is '
+                         "every combination)")
+    ap.add_argument("--budget-mib", type=float, help="RAM budget for the prompt cache: name the best setting whose "
+                                                     "peak RAM cache stays within it")
+    ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="ttft_p50",
+                    help="what 'best' minimizes (default ttft_p50)")
+    ap.add_argument("--html", help="write a plotly figure of the grid here")
+    ap.add_argument("--json", action="store_true", help="print the runs as JSON")
+    ap.add_argument("--profile", default=None, help="model profile: JSON, shipped name (llama-3.1-8b) or GGUF "
+                                                    "(default: the header of -m, or the embedded model)")
+    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
+    ap.add_argument("--prefill-tps", type=float, default=8000, help="prefill tokens/s (default 8000)")
+    ap.add_argument("--gen-tps", type=float, default=60, help="generation tokens/s of one sequence (default 60)")
+    ap.add_argument("--limit", type=int, help="only the first N requests")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
+    ap.add_argument("--jobs", type=int, help="parallel runs (default: min(cores, runs))")
+    args, base = ap.parse_known_args(argv)
+    from slotlab.sim.speed import SpeedModel
+
+    try:
+        varies = [parse_vary(v) for v in args.vary]
+    except ValueError as ex:
+        ap.error(str(ex))
+    speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
+             else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
+    if not base and not str(args.trace).endswith(".jsonl"):
+        base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
+    n = 1
+    for _, vals in varies:
+        n *= len(vals)
+    tty = sys.stderr.isatty()
+
+    def progress(i, total):
+        if tty or i == total:
+            print(f"\rwhatif: {i}/{total} runs", end="\n" if i == total else "", file=sys.stderr, flush=True)
+
+    runs = run_grid(args.trace, base, varies, speed=speed, profile=args.profile, limit=args.limit,
+                    time_scale=args.time_scale, jobs=args.jobs, progress=progress)
+    pick = best(runs, args.budget_mib, args.objective)
+    if args.json:
+        print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None}, indent=1))
+    else:
+        print("\n".join(table_lines(runs)))
+        what = OBJECTIVES[args.objective]
+        if pick is None:
+            print(f"best: no setting fits{'' if args.budget_mib is None else f' within {args.budget_mib:g} MiB'}")
+        else:
+            within = "" if args.budget_mib is None else f" within {args.budget_mib:g} MiB of RAM cache"
+            print(f"best{within} (lowest {what}): {pick.label} — {what} {pick.value(args.objective):,.2f}, "
+                  f"peak RAM {pick.peak_cache_bytes / 2**20:.0f} MiB, reused {100 * pick.reuse:.1f} %")
+    if args.html:
+        write_html(runs, args.html, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
+        print(f"wrote {args.html}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

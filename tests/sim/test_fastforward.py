@@ -1,0 +1,97 @@
+"""The fast mode of the simulator (the generation fast-forward, slotlab/sim/fastforward.py, and the
+hold-back of requests the server would only defer, simulate._post_order) changes nothing but the wall
+time and the events named below: on the
+first requests of the Mooncake trace (tests/sim/data/), a simulation with it and one stepping every
+token give the same per-request results (slot, cache_n, prompt_n, predicted_n, status, error, queue
+wait, TTFT, end), the same sequence of RAM-cache decisions (the server's log texts, as
+`slotlab.engine.server_log.decisions` reads them), the same totals and the same `/metrics` counters
+(wall-clock timings excepted). No model is loaded (the Llama 3.1 8B JSON profile)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slotlab.engine.server_log import decisions
+from slotlab.memory.profile import ModelProfile
+from slotlab.sim.simulate import simulate
+from slotlab.sim.speed import SpeedModel
+from slotlab.sim.traces import SimRequest, SimTrace, load_mooncake
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data" / "mooncake_conversation_first500.jsonl"
+PROFILE = ModelProfile.from_json(ROOT / "slotlab/sim/profiles/llama-3.1-8b.json")
+SPEED = SpeedModel.from_rates(8000, 60)
+WALL = {"wall_seconds", "fast_forwards", "fast_forward_steps"}
+WALL_METRICS = {"prompt_seconds_total"}
+
+
+def _run(trace_fn, flags, fast):
+    msgs, kinds = [], []
+
+    def listen(ev):
+        if ev.message:
+            msgs.append(ev.message)
+        kinds.append(ev.kind)
+
+    res = simulate(trace_fn(), flags, speed=SPEED, profile=PROFILE, fast=fast, listen=listen)
+    metrics = {k: v for k, v in res.engine.core.metrics.to_json().items() if k not in WALL_METRICS}
+    totals = {k: v for k, v in res.totals.items() if k not in WALL}
+    slots = [(len(s.tokens), s.tokens.copy().tolist()) for s in res.engine.core.slots]
+    return res, decisions(msgs), metrics, totals, slots, kinds
+
+
+def _compare(trace_fn, flags):
+    plain = _run(trace_fn, flags, fast=False)
+    fast = _run(trace_fn, flags, fast=True)
+    (rp, dp, mp, tp, sp, kp), (rf, df, mf, tf, sf, kf) = plain, fast
+    assert rf.totals["fast_forward_steps"] > 0.5 * rf.totals["n_steps"]  # it did fast-forward most steps
+    assert len(rp.results) == len(rf.results)
+    for a, b in zip(rp.results, rf.results):
+        assert a == b, f"request {a['i']}: {a} != {b}"
+    assert len(dp) > 20
+    for i, (a, b) in enumerate(zip(dp, df)):
+        assert a == b, f"decision {i}: {a} != {b}"
+    assert len(dp) == len(df)
+    assert mp == mf and tp == tf and sp == sf
+    # the event stream differs only in decode / slot_snapshot events (summarized by a fast-forward) and
+    # in the deferral passes of requests that arrived while every slot was busy (held back, not posted)
+    summarized = {"decode", "slot_snapshot", "task_queued", "slot_skip", "slot_decision", "task_deferred",
+                  "task_undeferred"}
+    assert [k for k in kp if k not in summarized] == [k for k in kf if k not in summarized]
+    return rp, rf
+
+
+@pytest.mark.parametrize("flags", ["-np 4 --cache-ram 8192", "-np 2 -kvu -c 65536 --cache-ram 4096"])
+def test_fast_forward_is_plain_stepping_on_mooncake(flags):
+    """300 Mooncake requests, including a unified KV pool small enough to fill (purges, retries)."""
+    rp, _ = _compare(lambda: load_mooncake(DATA, limit=300), flags)
+    assert sum(r["status"] == 200 for r in rp.results) > 200
+
+
+def test_fast_forward_under_kv_pressure_and_limits():
+    """A unified pool that runs out while slots generate (decode would return 1: purges / batch
+    halving happen in plain steps), requests that stop at the context limit, and scripted outputs."""
+    rng = np.random.default_rng(3)
+    base = np.arange(10, 3010, dtype=np.int32)
+
+    def trace():
+        reqs = []
+        for i in range(40):
+            n = int(rng.integers(200, 2500))
+            toks = np.concatenate([base[:int(rng.integers(0, 2000))], rng.integers(10, 100_000, n)]).astype(np.int32)
+            out = rng.integers(10, 100_000, int(rng.integers(0, 40))).astype(np.int32) if i % 3 == 0 else None
+            reqs.append(SimRequest(arrival=float(i) * 0.7, n_prompt=len(toks), n_predict=int(rng.integers(1, 900)),
+                                   prompt=toks, output=out))
+        return SimTrace([], reqs)
+
+    flags = "-np 3 -kvu -c 6144 --cache-ram 256"
+    state = rng.bit_generator.state
+    plain = _run(trace, flags, fast=False)
+    rng.bit_generator.state = state
+    fast = _run(trace, flags, fast=True)
+    assert plain[0].results == fast[0].results
+    assert plain[1] == fast[1] and plain[2] == fast[2] and plain[3] == fast[3] and plain[4] == fast[4]
+    kinds = [d[0] for d in plain[1]]
+    assert "purge" in kinds or "decode_retry" in kinds  # the pool did run out
+    assert fast[0].totals["fast_forward_steps"] > 0
