@@ -177,9 +177,11 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
             return out("restore_failed", CAUSES["restore_failed"])
         if not dec.get("update_cache"):
             fk = dec.get("f_keep")
+            sps_up = min(0.99, round(dec.get("f_sim", 0) + 0.01, 2))
             return out("slot_kept", f"{chosen} kept its own prefix (f_keep {fk if fk is None else f'{fk:.2f}'} >= 0.50), "
                                     f"so the RAM cache, where {where} held {held['lcp']} tokens, was not searched",
-                       [f"-np {params.get('n_slots', 1) + 1}" if params.get("n_slots") else "more slots (-np)"])
+                       [f"-sps {sps_up:.2f}", f"-np {params.get('n_slots', 1) + 1}" if params.get("n_slots")
+                        else "more slots (-np)"])
         fk_e = held["lcp"] / max(1, held["n_held"])
         if fk_e < 0.25:
             return out("floor", f"{where} shares {held['lcp']} of its {held['n_held']} tokens (f_keep {fk_e:.2f} < 0.25)",

@@ -129,3 +129,31 @@ def test_a_slot_kept_by_similarity_overwrites_unsaved_and_a_higher_sps_saves_it(
     assert i == 2 and m.cause == "dropped" and "without saving it to the RAM cache" in m.detail
     fl = flag_change(m.suggest[0])
     assert fl[0] == "-sps" and d.best(2) is not None and d.best(2).flags == fl and d.best(2).saved > 0
+
+
+ALICE = SYS + "user (Alice): " + "my rear wheel wobbles after the last ride over cobbles, and the spokes look bent. " * 4
+
+
+def test_a_request_pinned_to_another_slot_names_the_pin():
+    r = [{"prompt": ALICE, "n_predict": 2, "id_slot": 0}, {"prompt": ALICE + " and the front one?", "n_predict": 2,
+                                                            "id_slot": 1}]
+    m = only_miss(diag("-np 2 -c 4096 --cache-ram 0 --swa-full", r), "pinned")
+    assert "asked for slot 1" in m.detail and m.suggest == ["id_slot -1"]
+
+
+def test_a_kept_slot_hides_a_better_ram_entry_and_a_higher_sps_finds_it():
+    r = [{"prompt": ALICE, "n_predict": 2},
+         {"prompt": SYS + "u: hi", "n_predict": 2},  # f_keep < 0.5 on Alice's slot: Alice is saved to RAM
+         {"prompt": ALICE + " and the front one?", "n_predict": 2}]  # keeps the short slot (f_keep >= 0.5)
+    d = diag("-np 1 -c 4096 --cache-ram 64 --swa-full", r)
+    i, m = d.misses[-1]
+    assert i == 2 and m.cause == "slot_kept" and m.where.startswith("entry #")
+    assert flag_change(m.suggest[0])[0] == "-sps" and d.best(2) is not None and d.best(2).saved > 100
+
+
+def test_an_entry_below_the_f_keep_floor_is_never_loaded():
+    r = [{"prompt": ALICE + " " + "more details " * 30, "n_predict": 2},
+         {"prompt": "completely unrelated: opening hours?", "n_predict": 2},  # LRU: Alice's long prompt saved
+         {"prompt": SYS + "user (Carol): a short new question", "n_predict": 2}]  # shares only SYS with it
+    m = only_miss(diag("-np 1 -c 4096 --cache-ram 64 --swa-full", r), "floor")
+    assert "< 0.25" in m.detail and m.where.startswith("entry #")
