@@ -150,6 +150,7 @@ class EventBus:
                 self._until.setdefault(k, []).append(r)
         self._boxes: dict[str, collections.OrderedDict] = {r.name: collections.OrderedDict() for r in _types.RETAIN}
         self._held: dict[int, list] = {}  # seq -> [event, number of rules holding it]
+        self._tl = threading.local()  # per emitting thread: events waiting for the current delivery to end
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call `fn(event)` for every future event; returns the unsubscribe function."""
@@ -168,11 +169,24 @@ class EventBus:
             self.log.append(ev)
             if self.max_log is not None and len(self.log) > self.max_log:
                 self._trim()
-        for fn in list(self._subs):
-            try:
-                fn(ev)
-            except Exception as exc:  # a broken view must not stop the engine, but it is reported
-                self._subscriber_failed(fn, ev, exc)
+        # Deliver in seq order. An event emitted by a subscriber while another is being delivered (a
+        # derived event, e.g. slotlab.explain's request_miss) is logged at once but delivered only after
+        # the current event has reached every subscriber: no subscriber sees event N+1 before N.
+        tl = self._tl
+        if getattr(tl, "pending", None) is not None:
+            tl.pending.append(ev)
+            return ev
+        tl.pending = collections.deque([ev])
+        try:
+            while tl.pending:
+                cur = tl.pending.popleft()
+                for fn in list(self._subs):
+                    try:
+                        fn(cur)
+                    except Exception as exc:  # a broken view must not stop the engine, but it is reported
+                        self._subscriber_failed(fn, cur, exc)
+        finally:
+            tl.pending = None
         return ev
 
     # ------------------------------------------------------------------ errors

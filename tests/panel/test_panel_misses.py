@@ -20,3 +20,16 @@ def test_the_why_line_carries_the_cause_and_the_suggested_flag():
     ev = [x for x in e.events.log if x.kind == "request_miss"]  # the cause as data, in the event log
     assert len(ev) == 1 and ev[0].task == 1 and ev[0].data["cause"] == "no_checkpoint" and "--swa-full" in ev[0].data["suggest"]
     assert ev[0].seq == next(x.seq for x in e.events.log if x.kind == "prompt_plan" and x.task == 1) + 1
+
+
+def test_a_live_subscriber_sees_events_in_seq_order_with_derived_ones():
+    """request_miss is emitted from inside the delivery of prompt_plan: the bus must still deliver
+    prompt_plan to every subscriber before it (a panel drops events older than the last it applied)."""
+    e = Engine("-np 1 -c 4096 --cache-ram 0 --ctx-checkpoints 0", memory=FakeMemory(n_slots=1, n_swa=512))
+    seen = []
+    e.events.subscribe(lambda ev: seen.append(ev.seq))
+    for p in (SYS + "user: a", SYS + "user: a. assistant: b. user: c"):
+        t = e.submit(p, n_predict=4)
+        e.run_until(lambda: t.done)
+    assert seen == sorted(seen) == [ev.seq for ev in e.events.log if ev.seq >= seen[0]]
+    assert any(ev.kind == "request_miss" for ev in e.events.log)
