@@ -256,15 +256,22 @@ def cmd_proxy(argv: list[str]) -> int:
     ap.add_argument("--record", help="write the trace here (kept current while the proxy runs)")
     ap.add_argument("--flags", default="", help="the upstream server's flags, written into the trace "
                                                 "(e.g. \"-np 4 -c 8192\"); the proxy cannot see them")
+    ap.add_argument("--sim-fields", action="store_true", help="also write each request's arrival time and generated "
+                    "token ids (`arrival`, `output`) for slotlab simulate (slotlab replay does not read them yet)")
     args = ap.parse_args(argv)
     import shlex
     import signal
 
     from slotlab.proxy import ProxyServer
 
-    px = ProxyServer(args.upstream, host=args.host, port=args.port, record=args.record, flags=shlex.split(args.flags))
+    px = ProxyServer(args.upstream, host=args.host, port=args.port, record=args.record, flags=shlex.split(args.flags),
+                     sim_fields=args.sim_fields)
     px.start()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    def terminated(*_):
+        raise KeyboardInterrupt  # SIGTERM ends the proxy like Ctrl-C: the trace is written
+
+    signal.signal(signal.SIGTERM, terminated)
     print(f"slotlab proxy: http://{args.host}:{args.port} -> {args.upstream}"
           + (f", recording to {args.record}" if args.record else ""), file=sys.stderr, flush=True)
     if args.record and not args.flags:
@@ -292,8 +299,14 @@ def cmd_calibrate(argv: list[str]) -> int:
     return calibrate_main(argv)
 
 
+def cmd_whatif(argv: list[str]) -> int:
+    from slotlab.sim.whatif import main
+
+    return main(argv)
+
+
 COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
-            "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy}
+            "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy, "whatif": cmd_whatif}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
               "  watch   read a real llama-server's log (--log FILE; live: --follow, --url, -- llama-server ARGS...)\n"
               "  proxy   a recording pass-through proxy in front of llama-server (--upstream URL --record trace.json)\n"
               "  simulate  a trace on the paper memory on a simulated clock (Mooncake .jsonl or slotlab .json)\n"
-              "  calibrate time the model on this machine: the speed model for simulate (-o speed.json)")
+              "  calibrate time the model on this machine: the speed model for simulate (-o speed.json)\n"
+              "  whatif  simulate a trace under a grid of flag settings (--vary \"--cache-ram 0,4096\") and name the best")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:
         return COMMANDS[argv[0]](argv[1:])

@@ -213,6 +213,11 @@ class Panel(w.VBox):
                     self.refresh()
                 except Exception as exc:  # the pump must outlive any error (else the panel freezes silently)
                     self._note_error("panel update", exc)
+            elif hasattr(self.engine, "panel_note"):  # a live source (slotlab.watch.Watch): its status changes too
+                try:
+                    self._render_header(self.state)
+                except Exception as exc:
+                    self._note_error("panel header", exc)
 
     def _slider_min(self) -> int:
         """The first event the slider can show: 0, or the oldest event the bus's log still holds."""
@@ -304,9 +309,14 @@ class Panel(w.VBox):
 
     def _render_header(self, st: PanelState) -> None:
         flags = " ".join(st.flags) or "(server defaults)"
-        self.header.value = (f"<b>slotlab</b> · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · "
-                             f"<code>{_esc(flags)}</code> · event #{st.last_seq} · {st.n_requests} requests done"
-                             + ("" if self.live else " · <b style='color:#b00'>scrubbing (not live)</b>"))
+        value = (f"<b>slotlab</b> · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · "
+                 f"<code>{_esc(flags)}</code> · event #{st.last_seq} · {st.n_requests} requests done"
+                 + ("" if self.live else " · <b style='color:#b00'>scrubbing (not live)</b>"))
+        note = getattr(self.engine, "panel_note", None)  # a source that is not an Engine (slotlab.watch) says what it is
+        if note is not None:
+            value += f"<div class='slotlab-source'>{note()}</div>"
+        if self.header.value != value:
+            self.header.value = value
 
     def _x_range(self, st: PanelState) -> list:
         """Zoom the token axis to what the slots hold (capped at n_ctx_slot), so short prompts show."""

@@ -1,0 +1,241 @@
+"""`slotlab proxy` on a scripted upstream (no model, seconds): what reaches the upstream is what the
+client sent (but `Host`, hop-by-hop headers and the body framing), what reaches the client is what the
+upstream answered byte for byte (status line, headers, chunk framing and trailers, a close-delimited
+body, gzip left alone), a client that leaves mid-stream closes the upstream connection at once, and
+the recorder turns the answers into trace requests and results."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import time
+
+import pytest
+
+from slotlab.proxy import ProxyServer
+from slotlab.proxy.record import Recorder
+from tests.watch.fake_upstream import GZ, JSON_BODY, RESPONSES, SSE_EVENTS, FakeUpstream
+
+
+@pytest.fixture()
+def pair():
+    with FakeUpstream() as up, ProxyServer(up.url, keep_answers=True) as px:
+        yield up, px
+
+
+def raw_exchange(port: int, request: bytes, *, expect_continue: bool = False) -> bytes:
+    """Send `request` (with Connection: close) and read everything until the proxy closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        if expect_continue:
+            head, body = request.split(b"\r\n\r\n", 1)
+            s.sendall(head + b"\r\n\r\n")
+            got = s.recv(100)
+            assert got == b"HTTP/1.1 100 Continue\r\n\r\n"
+            s.sendall(body)
+        else:
+            s.sendall(request)
+        out = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return out
+            out += data
+
+
+def post(path: str, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+def split(resp: bytes) -> tuple[bytes, list, bytes]:
+    head, _, body = resp.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    return lines[0], [ln for ln in lines[1:] if not ln.lower().startswith(b"connection:")], body
+
+
+def upstream_bytes(path: str) -> bytes:
+    return b"".join(p for p in RESPONSES[path] if p is not None)
+
+
+@pytest.mark.parametrize("path", ["/json", "/completion", "/close", "/denied", "/gzip", "/empty"])
+def test_answers_pass_byte_for_byte(pair, path):
+    up, px = pair
+    got = raw_exchange(px.port, f"GET {path}?a=1&b=%20 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    assert split(got) == split(upstream_bytes(path))
+
+
+def test_requests_pass_unchanged_but_host_and_framing(pair):
+    up, px = pair
+    body = json.dumps({"prompt": "é" * 3000, "n_predict": 1}).encode()
+    req = (b"POST /json?x=1 HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer sk-123\r\nX-Api-Key: k\r\n"
+           b"Content-Type: application/json\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: "
+           + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = raw_exchange(px.port, req, expect_continue=True)  # curl's way with a large body
+    assert split(got) == split(upstream_bytes("/json"))
+    seen = up.requests[-1]
+    head, _, seen_body = seen.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /json?x=1 HTTP/1.1" and seen_body == body
+    hs = {ln.split(b":", 1)[0].lower(): ln.split(b":", 1)[1].strip() for ln in lines[1:]}
+    assert hs[b"host"] == f"127.0.0.1:{up.port}".encode()
+    assert hs[b"authorization"] == b"Bearer sk-123" and hs[b"x-api-key"] == b"k"
+    assert b"expect" not in hs and b"connection" not in hs and hs[b"content-length"] == str(len(body)).encode()
+
+
+def test_keep_alive_and_chunked_request_bodies(pair):
+    import http.client
+
+    up, px = pair
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=10)
+    for _ in range(3):
+        c.request("POST", "/json", body=b'{"prompt": "a"}', headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200 and r.read() == JSON_BODY
+    c.request("POST", "/json", body=iter([b'{"prompt":', b' "b"}']), encode_chunked=True)  # a chunked upload
+    r = c.getresponse()
+    assert r.read() == JSON_BODY
+    assert up.requests[-1].endswith(b'\r\n\r\n{"prompt": "b"}')
+    c.close()
+    assert up.connections <= 2  # the proxy keeps its upstream connection alive
+
+
+def test_a_client_that_leaves_closes_the_upstream_connection(pair):
+    up, px = pair
+    s = socket.create_connection(("127.0.0.1", px.port), timeout=10)
+    body = b'{"prompt": "x", "stream": true, "slow": true}'
+    s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+              + body)
+    got = b""
+    while got.count(b"data:") < 3:
+        got += s.recv(4096)
+    t_close = time.monotonic()
+    s.close()
+    deadline = time.monotonic() + 3
+    while up.slow_closed_at is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert up.slow_closed_at is not None, "the upstream never saw its client leave"
+    assert up.slow_closed_at - t_close < 0.5
+    time.sleep(0.1)
+    assert px.app.n_disconnects == 1
+    assert px.recorder.records[-1].cancelled
+
+
+def test_an_upstream_that_does_not_answer_is_a_502():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # bound, not listening: connections are refused
+        with ProxyServer(f"http://127.0.0.1:{dead}") as px:
+            got = raw_exchange(px.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, _, body = split(got)
+    assert status == b"HTTP/1.1 502 Bad Gateway"
+    assert json.loads(body)["error"]["type"] == "proxy_error"
+
+
+def test_the_recorder_reads_streams_json_and_gzip(pair):
+    up, px = pair
+    raw_exchange(px.port, post("/completion", {"prompt": "Hello", "n_predict": 9, "stream": True, "seed": 3}))
+    raw_exchange(px.port, post("/completion", {"prompt": [1, 2], "n_predict": 1}))  # token ids: not a trace request
+    time.sleep(0.1)
+    tr = px.recorder.trace()
+    assert tr["requests"] == [{"prompt": "Hello", "n_predict": 2, "seed": 3, "temperature": 0.8}]
+    final = SSE_EVENTS[-1]
+    assert tr["results"] == [{"status": 200, "id_slot": 1, "cache_n": 3, "prompt_n": 4, "tokens_evaluated": 7,
+                              "tokens_cached": 8, "content": "Hello \u00e9\u00e8", "error": None}]
+    assert tr["recorded"][0]["stream"] and tr["recorded"][0]["n_predicted"] == final["tokens_predicted"]
+    assert tr["recorder"]["skipped"][0]["reason"].startswith("the prompt is not one string")
+    assert gzip.decompress(GZ) == JSON_BODY
+
+
+def test_trace_requests_follow_arrival_and_overlap():
+    from slotlab.proxy.app import RequestInfo
+
+    rec = Recorder(["-np", "2"])
+    body = lambda p: json.dumps({"prompt": p, "n_predict": 4, "temperature": 0}).encode()  # noqa: E731
+    taps = [rec(RequestInfo(rec.t0 + t, "POST", "/completion", "", [], body(p))) for t, p in
+            ((0.0, "a"), (0.1, "b"), (5.0, "c"))]
+    for tap, done_at in zip(taps, (1.0, 2.0, 6.0)):  # a still runs when b arrives
+        tap.body(JSON_BODY)
+        tap.done(200, [(b"content-type", b"application/json")], False)
+        tap.rec.t_done = done_at
+    tr = rec.trace()
+    assert [r.get("wait", True) for r in tr["requests"]] == [False, True, True]
+    assert [r["n_predict"] for r in tr["requests"]] == [1, 1, 1]  # what the server generated
+    assert [x["t"] for x in tr["recorded"]] == [0.0, 0.1, 5.0]
+    from slotlab.engine.replay import parse_trace
+
+    assert len(parse_trace(tr).requests) == 3  # slotlab replay reads it as it is
+
+
+def test_the_chunk_scanner_follows_any_split():
+    from slotlab.proxy.app import _ChunkScanner
+    from tests.watch.fake_upstream import SSE_BODY
+
+    raw = b"".join(RESPONSES["/completion"][1:])
+    for k in (1, 2, 3, 5, 8, 13, 64, len(raw)):
+        sc, payload, used = _ChunkScanner(), [], 0
+        data = raw + b"GARBAGE"  # bytes after the last chunk are not the body's
+        for i in range(0, len(data), k):
+            if sc.done:
+                break
+            pieces, n = sc.feed(data[i:i + k])
+            payload += pieces
+            used += n
+        assert sc.done and used == len(raw) and b"".join(payload) == SSE_BODY, k
+
+
+def test_a_client_closing_after_the_last_event_is_not_a_cancel():
+    from slotlab.proxy.app import RequestInfo
+    from tests.watch.fake_upstream import SSE_BODY
+
+    rec = Recorder()
+    tap = rec(RequestInfo(rec.t0, "POST", "/completion", "", [], b'{"prompt": "p", "stream": true}'))
+    tap.body(SSE_BODY)
+    tap.done(200, [(b"content-type", b"text/event-stream")], True)  # closed before the terminating chunk
+    assert not tap.rec.cancelled and tap.rec.result["cache_n"] == 3
+    tap = rec(RequestInfo(rec.t0, "POST", "/completion", "", [], b'{"prompt": "p", "stream": true}'))
+    tap.body(SSE_BODY[:40])
+    tap.done(200, [(b"content-type", b"text/event-stream")], True)
+    assert tap.rec.cancelled and tap.rec.result["error"]["code"] == 499
+
+
+def test_slotlab_proxy_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    from slotlab.proxy import free_port
+
+    port = free_port()
+    trace = tmp_path / "trace.json"
+    with FakeUpstream() as up:
+        p = subprocess.Popen([sys.executable, "-m", "slotlab.cli", "proxy", "--upstream", up.url, "--port", str(port),
+                              "--record", str(trace), "--flags", "-np 2 -c 4096"], stderr=subprocess.PIPE, text=True)
+        try:
+            assert "slotlab proxy: http://127.0.0.1:" in p.stderr.readline()
+            got = raw_exchange(port, post("/completion", {"prompt": "Hi", "n_predict": 4, "temperature": 0}))
+            assert split(got) == split(upstream_bytes("/completion"))
+        finally:
+            p.terminate()
+            err = p.communicate(timeout=20)[1]
+    assert p.returncode == 0 and "1 recorded" in err
+    tr = json.loads(trace.read_text())
+    assert tr["flags"] == ["-np", "2", "-c", "4096"]
+    assert tr["requests"] == [{"prompt": "Hi", "n_predict": 2, "temperature": 0}]
+
+
+def test_sim_fields_for_slotlab_simulate(tmp_path):
+    from slotlab.proxy.app import RequestInfo
+
+    load_sim_trace = pytest.importorskip("slotlab.sim.traces").load_sim_trace
+    rec = Recorder(["-np", "1"], sim_fields=True)
+    for t, toks in ((0.5, [5, 6]), (2.0, None)):
+        tap = rec(RequestInfo(rec.t0 + t, "POST", "/completion", "", [], b'{"prompt": "p", "return_tokens": true}'))
+        answer = {"content": "ab", "tokens": toks or [], "tokens_predicted": 2, "timings": {"cache_n": 0, "prompt_n": 3}}
+        tap.body(json.dumps(answer).encode())
+        tap.done(200, [(b"content-type", b"application/json")], False)
+    path = tmp_path / "t.json"
+    rec.write(path)
+    sim = load_sim_trace(path)
+    assert [r.arrival for r in sim.requests] == [0.5, 2.0]
+    assert list(sim.requests[0].output) == [5, 6] and sim.requests[1].output is None
