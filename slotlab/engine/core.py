@@ -264,7 +264,10 @@ class ServerCore:
         if self.cache is not None:
             cands += [(common_prefix(e.tokens, toks), "entry", e.id, e.tokens) for e in self.cache.entries]
         held = max(cands, key=lambda c: c[0], default=None)
-        lost = max(((common_prefix(d["tokens"], toks), d) for d in self.dropped), key=lambda c: c[0], default=None)
+        # among drops of the same prefix, the latest is the one that finally lost it (e.g. a slot saved to
+        # the RAM cache when it was overwritten, then evicted from the cache)
+        lost = max(((common_prefix(d["tokens"], toks), d) for d in self.dropped), key=lambda c: (c[0], c[1]["seq"]),
+                   default=None)
 
         def side(lcp, held_toks) -> dict:
             return {"lcp": int(lcp), "n_held": int(len(held_toks)), "prompt_text": self._snippet(toks, lcp),

@@ -157,3 +157,42 @@ def test_an_entry_below_the_f_keep_floor_is_never_loaded():
          {"prompt": SYS + "user (Carol): a short new question", "n_predict": 2}]  # shares only SYS with it
     m = only_miss(diag("-np 1 -c 4096 --cache-ram 64 --swa-full", r), "floor")
     assert "< 0.25" in m.detail and m.where.startswith("entry #")
+
+
+def test_an_entry_that_loses_on_one_axis_only_is_the_two_axis_rule():
+    """-sps 0 (the RAM cache is searched every time): the slot keeps f_keep ~0.95 on the system prompt,
+    the entry holding the longer prefix keeps only about half of its own tokens, so it never beats the
+    slot on both axes (spec Appendix B) and the longer prefix is re-processed."""
+    a, c = " user: Alice's wheel wobbles.", " assistant: " + "true the wheel and check every spoke carefully. " * 6
+    r = [{"prompt": SYS + a + c, "n_predict": 2},
+         {"prompt": SYS + "x", "n_predict": 2},
+         {"prompt": SYS + a + " and the brakes?", "n_predict": 2}]
+    d = diag("-np 1 -c 4096 --cache-ram 64 -sps 0 --swa-full", r)
+    i, m = d.misses[-1]
+    assert i == 2 and m.cause == "two_axis" and m.where.startswith("entry #")
+
+
+def test_a_failed_restore_is_its_own_cause():
+    class FailingRestore(FakeMemory):
+        def state_set(self, data, seq, *, draft=False, partial=False):
+            return 0 if not partial else super().state_set(data, seq, draft=draft, partial=partial)
+
+    def failing(params):
+        return FailingRestore(n_slots=params.n_slots, n_ctx=4096, n_swa=0)
+
+    r = [{"prompt": ALICE, "n_predict": 2}, {"prompt": "zz unrelated", "n_predict": 2},
+         {"prompt": ALICE + " and the front one?", "n_predict": 2}]
+    d = diagnose_trace(parse_trace({"flags": "-np 1 -c 4096 --cache-ram 64 --swa-full".split(), "requests": r}),
+                       memory_factory=failing, max_misses=0)
+    assert [m.cause for _, m in d.misses] == ["restore_failed"]
+
+
+def test_an_evicted_entry_names_the_eviction_and_a_bigger_cache_saves_it():
+    bob = "Bob asks about opening hours. " * 25  # ~750 tokens: 0.75 MiB on the fake memory
+    carol = "Carol asks about gift cards. " * 25
+    r = [{"prompt": ALICE, "n_predict": 2}, {"prompt": bob, "n_predict": 2}, {"prompt": carol, "n_predict": 2},
+         {"prompt": ALICE + " and the front one?", "n_predict": 2}]
+    d = diag("-np 1 -c 4096 --cache-ram 1 --swa-full", r)
+    i, m = d.misses[-1]
+    assert i == 3 and m.cause == "dropped" and "(make_room, event" in m.detail and m.where.startswith("entry #")
+    assert m.suggest[0] == "--cache-ram 2" and d.best(3) is not None and d.best(3).saved > 100
