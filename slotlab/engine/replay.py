@@ -18,7 +18,9 @@ from typing import Any, Callable
 from slotlab.errors import SlotlabError
 
 _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
-               "wait": bool, "temperature": (int, float), "seed": int, "message_delimiters": list}
+               "wait": bool, "temperature": (int, float), "seed": int, "message_delimiters": list,
+               # what `slotlab simulate` reads and a recording proxy writes; replay runs in order and ignores them
+               "arrival": (int, float), "output": list}
 _ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
 
 
