@@ -1326,15 +1326,15 @@ class PaperMemory:
     @classmethod
     def from_params(cls, params, *, profile: ModelProfile | None = None, draft_profile: ModelProfile | None = None,
                     **kw) -> "PaperMemory":
-        """A paper memory for llama-server flags (`ServerParams`, an argument list or a string), as
+        """A paper memory for parsed llama-server flags (a `slotlab.engine.params.ServerParams`: the
+        engine parses the command line, the memory only reads the fields), as
         `slotlab.engine.backend.load` would create the contexts. `profile` defaults to the GGUF at
         `-m` (the embedded default model without -m); the draft to the GGUF at `-md` when
         `--spec-type draft-simple` is on (the same profile when -md names the same file)."""
-        from slotlab.engine.params import ServerParams
         from slotlab.memory.profile import default_model_gguf
 
-        if not isinstance(params, ServerParams):
-            params = ServerParams.from_args(params)
+        if isinstance(params, (str, list, tuple)):
+            raise TypeError("PaperMemory.from_params takes parsed flags: ServerParams.from_args(flags)")
         if profile is None:
             profile = ModelProfile.from_gguf(params.model or default_model_gguf())
         draft = None
