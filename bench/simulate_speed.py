@@ -15,7 +15,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
+# the whole Mooncake conversation trace lives in the shared folder beside the checkout (../shared/data);
+# the repo carries a 500-request slice (tests/sim/data) for when it is not there
+TRACE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+if not TRACE.exists():
+    TRACE = ROOT / "tests" / "sim" / "data" / "mooncake_conversation_first500.jsonl"
 
 
 def main(argv=None) -> int:
