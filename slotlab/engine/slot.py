@@ -83,14 +83,10 @@ class Slot:
     stop: str = "none"
     has_next_token: bool = True
     spec_draft: list = field(default_factory=list)  # draft tokens in the batch being verified
-    # what views need (provenance of the current request's tokens, the plain-words decision)
+    # facts the events report (provenance and the "why" line are folded from them: slotlab.explain)
     origin: str = "slot"  # where the slot's tokens came from: "slot", "cache #id", "file NAME"
-    prov: list = field(default_factory=list)  # [(start, end, kind)] for the request in flight / just done
     shifts: list = field(default_factory=list)  # cache-reuse moves [(a, b, c, d)]: [a,b) -> [c,d)
     n_prompt: int = 0
-    divergence: int = -1
-    div_text: str = ""
-    why: str = ""
     last_sig: tuple = ()
 
     @property
