@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from slotlab.engine.core import ServerCore
 from slotlab.engine.task import TaskError
@@ -23,10 +24,50 @@ class EngineDied(SlotlabError):
     """The engine thread stopped on an error; every later call re-raises it."""
 
 
+class YieldingLock:
+    """The core's lock, fair to front ends: the live loop lets every waiting reader in before its next
+    step. A plain lock is not fair: the loop releases it and takes it back at once, so an HTTP `/slots`
+    or a panel refresh could wait for a whole 400-token generation (seen as a 5 s client timeout in CI).
+    The server has the same guarantee by design: `/slots` is a task its loop answers between two batches.
+
+    Front ends use it as a context manager (re-entrant, like the RLock it wraps); the loop takes its turn
+    with `loop_turn()`, which first waits, briefly, until no front end is queued."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._count = threading.Lock()
+        self._waiting = 0
+        self._none_waiting = threading.Event()
+        self._none_waiting.set()
+
+    def __enter__(self) -> "YieldingLock":
+        with self._count:
+            self._waiting += 1
+            self._none_waiting.clear()
+        try:
+            self._lock.acquire()
+        finally:
+            with self._count:
+                self._waiting -= 1
+                if self._waiting == 0:
+                    self._none_waiting.set()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    @contextmanager
+    def loop_turn(self, patience: float = 1.0) -> Iterator[None]:
+        """The loop's acquisition: after every queued front end has had the lock (or `patience` s)."""
+        self._none_waiting.wait(patience)
+        with self._lock:
+            yield
+
+
 class Driver:
     def __init__(self, core: ServerCore):
         self.core = core
-        self.lock = threading.RLock()
+        self.lock = YieldingLock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -98,7 +139,7 @@ class Driver:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                with self.lock:
+                with self.lock.loop_turn():
                     paused = self._paused.is_set()
                     busy = False if paused else self.core.step()
                 if paused:

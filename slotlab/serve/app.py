@@ -15,6 +15,7 @@ import time
 import uuid
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -70,7 +71,7 @@ class Api:
                 await asyncio.wait_for(asyncio.shield(fut), 0.2)
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
-                    self.engine.cancel(task)
+                    await run_in_threadpool(self.engine.cancel, task)
                     await fut
                     return
 
@@ -128,7 +129,7 @@ class Api:
     async def slots(self, request: Request):
         if not self.p.slots_endpoint:
             return error(501, "This server does not support slots endpoint. Start it with `--slots`", "not_supported_error")
-        data = self.engine.slots_json()
+        data = await run_in_threadpool(self.engine.slots_json)  # the event loop keeps serving meanwhile
         if request.query_params.get("fail_on_no_slot") and not any(not s["is_processing"] for s in data):
             return error(503, "no slot available", "unavailable_error")
         return JSONResponse(data)
@@ -196,10 +197,12 @@ class Api:
         if not self.p.metrics:
             return error(501, "This server does not support metrics endpoint. Start it with `--metrics`",
                          "not_supported_error")
-        with self.engine.locked() as core:  # one consistent picture, no step in between
-            m = dataclasses.replace(core.metrics)
-            busy = sum(1 for s in core.slots if s.is_processing)
-            n_deferred = len(core.tq.deferred)
+        def picture():
+            with self.engine.locked() as core:  # one consistent picture, no step in between
+                return (dataclasses.replace(core.metrics), sum(1 for s in core.slots if s.is_processing),
+                        len(core.tq.deferred))
+
+        m, busy, n_deferred = await run_in_threadpool(picture)
         lines = []
 
         def metric(name, typ, help_, value):

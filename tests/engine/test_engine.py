@@ -38,6 +38,34 @@ def test_live_mode_matches_step_mode(model):
     assert (rb["id_slot"], rb["content"]) == (b.result["id_slot"], b.result["content"])
 
 
+def test_readers_get_the_lock_between_steps_of_a_live_generation(engine):
+    """`/slots` during a long generation answers within a step or two, as the server's loop answers it
+    between batches; a plain lock let the engine thread take it back at once (a 5 s timeout in CI)."""
+    import time
+
+    engine.start()
+    t = engine.submit(PROMPT, n_predict=300, ignore_eos=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(s.is_processing and s.stats.n_gen > 2 for s in engine.slots):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        waits, busy = [], []
+        for _ in range(20):
+            t0 = time.monotonic()
+            js = engine.slots_json()
+            waits.append(time.monotonic() - t0)
+            busy.append(any(s["is_processing"] for s in js))
+            time.sleep(0.005)
+        decoded = [s["next_token"][0]["n_decoded"] for s in engine.slots_json() if s["is_processing"]]
+    finally:
+        engine.cancel(t)
+        engine.stop()
+    # each read waited for at most the step in flight, not for the generation to end
+    assert all(busy) and decoded and decoded[0] < 300, (busy, decoded)
+    assert max(waits) < 2.0, waits
+
+
 def test_second_turn_reuses_the_slot_and_metrics_count_it(engine):
     t1 = engine.submit(PROMPT, n_predict=4)
     engine.run_until_idle()

@@ -109,7 +109,7 @@ def test_proxy_passes_traffic_and_records_a_replayable_trace(kind, tmp_path):
         t_cancel = time.monotonic()
         slot = None
         while time.monotonic() - t_cancel < 60:
-            slots = httpx.get(srv.url + "/slots", headers={"Authorization": f"Bearer {KEY}"}).json()
+            slots = httpx.get(srv.url + "/slots", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()
             slot = slots[0]
             if not slot["is_processing"]:
                 break
