@@ -183,7 +183,9 @@ def cmd_serve(argv: list[str]) -> int:
     """`slotlab serve [llama-server flags]`: the same command line as llama-server."""
     if argv and argv[0] in ("-h", "--help"):
         print("usage: slotlab serve [llama-server flags]  (e.g. -m MODEL --host 127.0.0.1 --port 8080 -np 4 "
-              "--cache-ram 8192 --slot-save-path DIR --metrics --api-key KEY)")
+              "--cache-ram 8192 --slot-save-path DIR --metrics --api-key KEY)\n\nEvery option of the pinned "
+              "llama.cpp's llama-server is accepted, and its LLAMA_ARG_* environment variables are read; flags "
+              "of features slotlab does not model are listed at start with what answers not_supported_error.")
         return 0
     import uvicorn
 
@@ -191,17 +193,51 @@ def cmd_serve(argv: list[str]) -> int:
     from slotlab.engine.scheduler import Engine
     from slotlab.serve import build_app
 
-    params = ServerParams.from_args(argv)
+    params = ServerParams.from_args(argv, env=os.environ)  # LLAMA_ARG_* as llama-server reads them
     for note in params.notes:
         print(f"slotlab: note: {note}", file=sys.stderr)
+    for line in params.unsupported_notes():
+        print(f"slotlab: not supported: {line}", file=sys.stderr)
+    if params.n_gpu_layers != 0:
+        from slotlab.llama import supports_gpu_offload
+
+        if not supports_gpu_offload():  # llama-server warns and runs on the CPU (arg.cpp -ngl)
+            print("warning: no usable GPU found, --gpu-layers option will be ignored", file=sys.stderr)
+            params = params.replace(n_gpu_layers=0)
     eng = Engine(params)
+    log = _serve_log_file(params, eng) if params.log_file else None
     eng.start()
     print(f"slotlab serve: {len(eng.slots)} slots, n_ctx_slot {eng.n_ctx_slot}, listening on "
           f"http://{params.host}:{params.port}", file=sys.stderr, flush=True)
+    if log:
+        log.srv_line("INF", "llama_server", f"listening on http://{params.host}:{params.port}")
     level = "info" if params.verbosity >= 4 else "warning"
-    uvicorn.run(build_app(eng), host=params.host, port=params.port, log_level=level, lifespan="off")
-    eng.stop()
+    try:
+        uvicorn.run(build_app(eng), host=params.host, port=params.port, log_level=level, lifespan="off")
+    finally:
+        eng.stop()
+        if log:
+            log.out.close()
     return 0
+
+
+def _serve_log_file(params, eng):
+    """--log-file: the server's log lines (the format `slotlab watch --log` reads, as
+    slotlab.watch.serve_log prints them) written to the file, truncated first like common_log_set_file
+    does, at the -lv threshold."""
+    from slotlab.watch.serve_log import LogWriter, startup_lines
+
+    from slotlab.errors import ConfigError
+
+    try:
+        out = open(params.log_file, "w", encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"--log-file: cannot open {params.log_file!r}: {e.strerror}") from None
+    w = LogWriter(out, verbosity=params.verbosity)
+    startup_lines(w, eng)
+    eng.events.subscribe(w.event)
+    w.srv_line("INF", "llama_server", "model loaded")
+    return w
 
 
 def cmd_watch(argv: list[str]) -> int:
@@ -233,6 +269,8 @@ def cmd_watch(argv: list[str]) -> int:
     ap.add_argument("--record", help="with --twin: also record the traffic as a trace file")
     ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
     ap.add_argument("--events", help="also write every event as JSON lines to this file")
+    ap.add_argument("--why", action="store_true", help="explain each miss the log shows (a request that reused less "
+                                                       "than a slot or RAM entry held) with its cause and the flag to try")
     args = ap.parse_args(argv)
     live = args.follow or args.url or command or args.twin
     if not live:
@@ -240,7 +278,7 @@ def cmd_watch(argv: list[str]) -> int:
             ap.error("--log FILE is needed (or --follow / --url / -- llama-server ARGS... to watch live)")
         from slotlab.watch.report import run
 
-        return run(args.log, as_json=args.json, events_path=args.events)
+        return run(args.log, as_json=args.json, events_path=args.events, why=args.why)
     from slotlab.watch.cli import run_live
 
     return run_live(args, command)
