@@ -207,8 +207,13 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
         if ck and min(c[2] for c in ck) > possible:  # every checkpoint lies after the change: no flag can help
             sugg.append(f"keep the prompt's first {possible} tokens stable: it changes right there")
         del near
-        return out("no_checkpoint", f"the memory could not be cut back to {possible} (pos_min {plan.get('pos_min')} >= "
-                                    f"{plan.get('pos_min_thold')}) and no checkpoint was at or before it{nearest}"
+        thold = plan.get("pos_min_thold")
+        rule = (f"pos_min {plan['pos_min']} >= {thold}" if plan.get("pos_min") is not None and thold is not None
+                # a log prints the threshold (`checking checkpoint ... against T`), not pos_min
+                else f"pos_min >= max(0, pos_next - n_swa) = {thold}" if thold is not None
+                else "pos_min >= max(0, pos_next - n_swa)")
+        return out("no_checkpoint", f"the memory could not be cut back to {possible} ({rule}) and no checkpoint was at "
+                                    f"or before it{nearest}"
                                     + (f"; {hist['fifo']} erased by the --ctx-checkpoints cap" if hist.get("fifo") else ""),
                    sugg)
     if plan.get("ckpt") == "restored":
@@ -264,7 +269,8 @@ class Explainer:
                             provenance(d["lcp"], d["n_past"], d["n_prompt"], d.get("ckpt"), d.get("origin", "slot"),
                                        d.get("shifts") or []),
                             d.get("divergence", -1), d.get("div_text", ""), why_line(e.slot, dec, d, self.sps))
-            x.miss = diagnose(e.slot, e.task, dec, d, self.sps, self.ckpt_history, self.params, self.decisions)
+            sps = dec.get("sps") if dec.get("sps") is not None else self.sps  # a log prints it per selection
+            x.miss = diagnose(e.slot, e.task, dec, d, sps, self.ckpt_history, self.params, self.decisions)
             if x.miss is not None:
                 self.misses.append(x.miss)
                 self.lost_by_cause[x.miss.cause] += x.miss.lost

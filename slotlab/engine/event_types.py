@@ -364,6 +364,9 @@ class SlotDecision(SelectionEvent):
     the `seq` of the event that dropped it."""
     checks: Optional[list] = None
     """Step B's scan as (id_slot, skipped, lcp, f_sim): `skipped` is `is_processing`, `empty` or None."""
+    sps: Optional[float] = None
+    """`-sps` as the log's similarity lines print it (`> 0.900 thold`): a log reader's only source of it,
+    since the server does not print the flag at start. The engine leaves it None (its `init` has it)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -130,6 +130,9 @@ class _Selection:
     id_requested: int = -1
     seen: set = field(default_factory=set)
     checks: dict = field(default_factory=dict)  # slot -> (lcp, n_task, f_sim)
+    n_held: dict = field(default_factory=dict)  # slot -> its length when checked (None: not known)
+    scores: list | None = None  # the RAM-cache entries the load listed (entry_id, n_tokens, lcp, ...)
+    thold: float | None = None  # -sps, as the similarity lines print it
     chosen: int | None = None
     how: str | None = None
     f_sim_best: float = 0.0
@@ -507,10 +510,12 @@ class LogReader:
         sel.n_task = n
         sel.checks[ln.slot] = (lcp, n, f_sim)
         s = self.slot(ln.slot)
+        sel.n_held[ln.slot] = s.n_tokens
         if s.n_tokens == 0 and s.state == "idle":
             # the slot holds tokens no line put there: `POST /slots?action=restore` (the server logs nothing)
             s.n_tokens, s.checkpoints, s.origin = None, [], FILE_UNKNOWN
         thold = np.float32(_f(m.group(4)))
+        sel.thold = float(thold)
         if np.float32(f_sim) > np.float32(sel.f_sim_best) and np.float32(f_sim) > thold:
             sel.f_sim_best = f_sim
             if sel.id_requested != -1:  # the requested slot passed step B: the engine calls that "lcp"
@@ -571,10 +576,26 @@ class LogReader:
         elif sel.how == "id" and (sel.sps_on or self._sps_on):
             f_keep = 0.0 if s is None or s.n_tokens != 0 else math.nan
         d = {"how": sel.how if slot >= 0 else None, "f_sim": float(sel.f_sim_best), "f_keep": f_keep,
-             "update_cache": sel.update_cache, "load": sel.load, "id_requested": sel.id_requested}
+             "update_cache": sel.update_cache, "load": sel.load, "id_requested": sel.id_requested,
+             "held": self._held(sel), "sps": sel.thold}
         if sel.load is True and sel.load_result is not None:
             d.update({k: v for k, v in sel.load_result.items() if not k.startswith("_")})
         return d
+
+    @staticmethod
+    def _held(sel: _Selection) -> dict | None:
+        """The longest common prefix the log shows the server held for this prompt: each idle slot's
+        `lcp` from its similarity line (-lv 4) and each RAM entry's from the load's listing (printed only
+        when the cache was searched). The engine's `held` also scans busy slots and every entry, and
+        knows what was dropped (`lost`); a log shows neither, so misses of those kinds stay unexplained
+        here. Same order as the engine (slots, then entries; the first longest wins)."""
+        cands = [(lcp, "slot", sid, sel.n_held.get(sid) or lcp) for sid, (lcp, _n, _f) in sel.checks.items()]
+        cands += [(sc["lcp"], "entry", sc["entry_id"], sc["n_tokens"]) for sc in sel.scores or []]
+        best = max(cands, key=lambda c: c[0], default=None)
+        if best is None or best[0] <= 0:
+            return None
+        return {"where": best[1], "id": best[2], "lcp": int(best[0]), "n_held": int(best[3]),
+                "prompt_text": "", "held_text": ""}
 
     def _close_selection(self, launch: tuple[int, int] | None, deferred_task: int | None, *, message: str = "",
                          level: str = "DBG") -> None:
@@ -584,6 +605,7 @@ class LogReader:
         if self._alloc is not None:
             self._finish_alloc()
         if self._load is not None:
+            sel.scores = self._load["scores"]
             self._finish_load(failed=False)
         if self._listing is not None:
             self._finish_listing()
@@ -675,7 +697,8 @@ class LogReader:
         s.n_prompt = n
         s.n_past = s.prompt_n = s.n_gen = 0
         s.shifts = []
-        s.plan = {"lcp": s.lcp_hint, "ckpt": None, "full_match": None, "reuse_n_past": None}
+        s.plan = {"lcp": s.lcp_hint, "ckpt": None, "full_match": None, "reuse_n_past": None,
+                  "checkpoints": [(c[0], c[1], c[2]) for c in s.checkpoints], "pos_min_thold": None}
         s.lcp_hint = None
         self._spec(T.PROMPT_START, ln.msg, level=level, slot=ln.slot, task=ln.task)
 
@@ -715,7 +738,9 @@ class LogReader:
         self._spec(T.CACHE_REUSE_END, ln.msg, level=level, slot=ln.slot, task=ln.task)
 
     def _on_ckpt_check(self, m, ln, level):
-        self._slot_task(ln)
+        s, _ = self._slot_task(ln)
+        if s.plan is not None:
+            s.plan["pos_min_thold"] = int(m.group(3))
         self._spec(T.CHECKPOINT_CHECK, ln.msg, level=level, slot=ln.slot, task=ln.task)
 
     def _on_ckpt_restored(self, m, ln, level):
@@ -808,7 +833,7 @@ class LogReader:
         div = lcp if lcp < n_prompt else -1
         self._spec(T.PROMPT_PLAN, "", slot=s.id, task=ln.task, n_past=n_past, n_prompt=n_prompt, lcp=lcp,
                    ckpt=p["ckpt"], origin=s.origin, shifts=[tuple(x) for x in s.shifts], divergence=div,
-                   div_text="")
+                   div_text="", checkpoints=p["checkpoints"], pos_min_thold=p["pos_min_thold"])
 
     def _on_init_sampler(self, m, ln, level):
         s, _ = self._slot_task(ln)
@@ -1149,6 +1174,8 @@ class LogReader:
             self._sel.specs.append(table)
         if not ld["n_task"]:
             self._fixes.append(lambda n, d=table.data, ld=ld: d.update(_scores_table(ld, n)))
+        if new:
+            self._sel.scores = ld["scores"]
         if win is None or failed:
             return
         sc = ld["scores"][win]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from slotlab.engine import event_types as T
 from slotlab.errors import SlotlabError
+from slotlab.explain import Explainer
 from slotlab.watch.log_reader import LogReader, flags_of, requests_json
 
 
@@ -30,14 +31,37 @@ def write_events(events: list, path: str | Path) -> int:
     return len(events)
 
 
-def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=None) -> int:
+def misses(events: list) -> tuple[list, dict]:
+    """The misses a log shows, as (request index, Miss), and tokens lost by cause: slotlab.explain's fold
+    over the reader's events. A log names no tokens, so what it can explain is what its numbers say:
+    the lcp of each idle slot (-lv 4 similarity lines) and of each RAM entry a load listed, and the
+    checkpoint lines (forced re-processing, a checkpoint restored short of the divergence)."""
+    x = Explainer().fold(events)
+    order = {t: i for i, t in enumerate(e.task for e in events if e.kind == T.PROMPT_PLAN)}
+    return [(order.get(m.task, -1), m) for m in x.misses], dict(x.lost_by_cause)
+
+
+def why_lines(events: list) -> list[str]:
+    found, lost = misses(events)
+    out = [f"#{i} {m.line()}" for i, m in found]
+    tot = ", ".join(f"{c} {n}" for c, n in sorted(lost.items(), key=lambda kv: -kv[1]))
+    out.append(f"tokens lost by cause: {tot or 'none'}")
+    return out
+
+
+def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=None, why: bool = False) -> int:
     out = out or sys.stdout
     rd, events = read(log)
     if events_path:
         write_events(events, events_path)
     results = requests_json(events)
     if as_json:
-        print(json.dumps({"flags": flags_of(events), "results": results}, indent=1, ensure_ascii=False), file=out)
+        doc = {"flags": flags_of(events), "results": results}
+        if why:
+            found, lost = misses(events)
+            doc["misses"] = [{"request": i, **m.as_dict()} for i, m in found]
+            doc["lost_by_cause"] = lost
+        print(json.dumps(doc, indent=1, ensure_ascii=False), file=out)
         return 0
     head = f"{'#':>3} {'kind':<8} {'slot':>4} {'status':>6} {'cached':>7} {'prefill':>7} {'tokens':>7}  detail"
     print(head, file=out)
@@ -65,4 +89,6 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
               file=out)
     for p in rd.problems[:5]:
         print(f"reader problem: {p}", file=out)
+    if why:
+        print("\n".join(why_lines(events)), file=out)
     return 0
