@@ -136,8 +136,9 @@ class ServerCore:
     def completion_task(self, prompt, *, n_predict: int | None = None, id_slot: int = -1,
                         cache_prompt: bool | None = None, n_cache_reuse: int | None = None, temperature: float = 0.0,
                         seed: int = 0xFFFFFFFF, ignore_eos: bool = False, message_delimiters: list | None = None,
-                        stop: list | None = None, on_token=None) -> Task:
-        """A `/completion` request as a task (validated, tokenized); `post` queues it."""
+                        stop: list | None = None, on_token=None, sampling=None) -> Task:
+        """A `/completion` request as a task (validated, tokenized); `post` queues it. `sampling`:
+        a slotlab.sampling.SamplingParams for the server's sampler chain (None = the plain one)."""
         if n_predict is not None and n_predict < -1:
             raise ConfigError(f"n_predict must be >= -1, got {n_predict}")
         if n_cache_reuse is not None and n_cache_reuse < 0:
@@ -148,7 +149,7 @@ class ServerCore:
             temperature=float(temperature), seed=int(seed), ignore_eos=bool(ignore_eos),
             cache_prompt=self.params.cache_prompt if cache_prompt is None else bool(cache_prompt),
             n_cache_reuse=self.default_cache_reuse if n_cache_reuse is None else int(n_cache_reuse),
-            id_slot=int(id_slot), stop=list(stop or []))
+            id_slot=int(id_slot), stop=list(stop or []), sampling=sampling)
         params.message_spans = find_message_spans(tokens, [
             (role, self.vocab.tokenize(d, add_special=False, parse_special=True))
             for role, d in parse_delimiters(message_delimiters or [])])
@@ -208,7 +209,8 @@ class ServerCore:
             if slot.is_processing:
                 self.tq.defer(task, "requested slot is unavailable")
                 return
-            self.launch_slot_with_task(slot, task)
+            if self.launch_slot_with_task(slot, task) is False:
+                return  # "failed to launch slot with task": the task got its error and is dropped
             if self.cache_idle_slots:  # spec 1.6
                 for s in self.slots:
                     if s.is_processing:
@@ -259,15 +261,17 @@ class ServerCore:
         slot or RAM-cache entry (`held`), and with anything dropped lately (`lost`: a cleared slot,
         an evicted entry), each with where it was and the text on both sides of the divergence.
         Facts for explaining a miss; they decide nothing."""
+        return self._held_prefix(task, [s.tokens.get_common_prefix(task.tokens) for s in self.slots])
+
+    def _held_prefix(self, task: Task, slot_lcps: list[int]) -> tuple[dict | None, dict | None]:
         toks = task.tokens
-        cands = [(s.tokens.get_common_prefix(toks), "slot", s.id, s.tokens.view()) for s in self.slots]
-        if self.cache is not None:
-            cands += [(common_prefix(e.tokens, toks), "entry", e.id, e.tokens) for e in self.cache.entries]
+        cands = [(n, "slot", s.id, s.tokens.view()) for n, s in zip(slot_lcps, self.slots)]
+        if self.cache is not None:  # inside get_available_slot, `load` reuses these lcps (one_prompt)
+            cands += [(self.cache.lcp(e, toks), "entry", e.id, e.tokens) for e in self.cache.entries]
         held = max(cands, key=lambda c: c[0], default=None)
         # among drops of the same prefix, the latest is the one that finally lost it (e.g. a slot saved to
         # the RAM cache when it was overwritten, then evicted from the cache)
-        lost = max(((common_prefix(d["tokens"], toks), d) for d in self.dropped), key=lambda c: (c[0], c[1]["seq"]),
-                   default=None)
+        lost = _longest_drop(self.dropped, toks)
 
         def side(lcp, held_toks) -> dict:
             return {"lcp": int(lcp), "n_held": int(len(held_toks)), "prompt_text": self._snippet(toks, lcp),
@@ -284,8 +288,16 @@ class ServerCore:
 
     def get_available_slot(self, task: Task) -> Slot | None:
         """Steps A-C (selection.py), then step D: the RAM-cache save / load / update (spec 1.4)."""
-        held, lost = self.held_prefix(task)
-        sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.params.slot_prompt_similarity)
+        if self.cache is None:
+            return self._get_available_slot(task)
+        with self.cache.one_prompt(task.tokens):  # each entry's lcp with the prompt is computed once
+            return self._get_available_slot(task)
+
+    def _get_available_slot(self, task: Task) -> Slot | None:
+        slot_lcps = [s.tokens.get_common_prefix(task.tokens) for s in self.slots]  # shared by both scans
+        held, lost = self._held_prefix(task, slot_lcps)
+        sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.params.slot_prompt_similarity,
+                                 lcps=slot_lcps)
         self._emit_selection(sel, task)
         ret = None if sel.id_slot is None else self.slots[sel.id_slot]
         decision = {"how": sel.how, "f_sim": float(sel.f_sim_best),
@@ -316,7 +328,18 @@ class ServerCore:
 
     def launch_slot_with_task(self, slot: Slot, task: Task) -> None:
         p = task.params
-        slot.sampler = self.memory.sampler(temperature=p.temperature, seed=p.seed, ignore_eos=p.ignore_eos)
+        if p.sampling is None:
+            slot.sampler = self.memory.sampler(temperature=p.temperature, seed=p.seed, ignore_eos=p.ignore_eos)
+        else:  # the server's chain, fed the prompt as init_sampler does (equivalent here: nothing samples before)
+            try:
+                slot.sampler = self.memory.sampler(temperature=p.temperature, seed=p.seed, ignore_eos=p.ignore_eos,
+                                                   sampling=p.sampling, prompt=task.tokens)
+            except ValueError as ex:  # common_sampler_init threw (a grammar that does not parse, ...)
+                msg = f"Failed to initialize samplers: {ex}"
+                self.emit(T.TASK_ERROR, msg, level="ERR", slot=slot, task=task.id, code=400,
+                          type="invalid_request_error")
+                task.finish(error=TaskError(400, msg, "invalid_request_error"))
+                return False
         slot.n_predict_max = p.n_predict if p.n_predict != -1 else self.params.n_predict
         slot.task = task
         slot.state = SlotState.STARTED
@@ -361,7 +384,8 @@ class ServerCore:
 
     def send_final_response(self, slot: Slot) -> None:
         task = slot.task
-        content = self.vocab.detokenize(slot.generated)
+        # the server's text_to_send renders without special tokens: an ending EOG adds no text
+        content = self.vocab.detokenize(slot.generated[:-1] if slot.stop == "eos" else slot.generated)
         for w in task.params.stop or ():
             if w and w in content:
                 content = content[: content.index(w)]
@@ -628,6 +652,8 @@ class ServerCore:
         """Record the token, tell the task's listener, and apply the stop rules (spec 3.7)."""
         slot.sampled = tok
         slot.generated.append(tok)
+        if slot.task.params.sampling is not None and slot.task.params.sampling.n_probs > 0:
+            slot.task.token_probs.append(slot.sampler.last_probs)  # populate_token_probs
         cb = slot.task.on_token
         if cb is not None:
             try:
@@ -661,3 +687,23 @@ class ServerCore:
         for t in self.tq.waiting() + [s.task for s in self.slots if s.task]:
             if not t.done:
                 t.finish(error=error)
+
+
+def _longest_drop(dropped, toks) -> tuple[int, dict] | None:
+    """`max((lcp(d["tokens"], toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
+    computing every lcp: taken newest first, an older drop wins only with a longer lcp, which needs
+    its token at the best lcp so far to match the prompt's (one element read instead of a scan)."""
+    order = sorted(range(len(dropped)), key=lambda i: -dropped[i]["seq"])  # stable: the first of equal seqs first
+    best = None
+    n_toks = len(toks)
+    for i in order:
+        d = dropped[i]
+        t = d["tokens"]
+        if best is not None:
+            k = best[0]
+            if k >= n_toks or k >= len(t) or t[k] != toks[k]:
+                continue  # its lcp is at most k: not longer
+        lcp = common_prefix(t, toks)
+        if best is None or lcp > best[0]:
+            best = (lcp, d)
+    return best

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -100,8 +101,11 @@ def f32_ratio(num: int, den: int) -> np.float32:
     """`float(num) / den` with `den` a size_t: both operands become float32, then a float32 division.
 
     0/0 is NaN and x/0 is inf, silently, because the server relies on NaN comparing false."""
+    a, b = f32(num), f32(den)
+    if b != 0:
+        return a / b  # float32 / float32 (cannot overflow: |a| <= 2**64): no warning to silence
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.float32(f32(num) / f32(den))
+        return np.float32(a / b)
 
 
 @dataclass(eq=False)
@@ -220,6 +224,7 @@ class PromptCache:
         #: The token cap the last `update()` enforced (`limit_tokens_cur`); None before the first.
         self.limit_tokens_cur: Optional[int] = None
         self._next_id = 0
+        self._lcp_memo: Optional[tuple[np.ndarray, dict]] = None  # see one_prompt()
 
     @classmethod
     def from_cache_ram(cls, cache_ram_mib: int, n_ctx: int, **kwargs: Any) -> "PromptCache":
@@ -241,6 +246,31 @@ class PromptCache:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    # -- one prompt scored several times ---------------------------------------------------------
+
+    @contextmanager
+    def one_prompt(self, tokens: np.ndarray) -> Iterator[None]:
+        """Within the block, `lcp(entry, tokens)` is computed once per entry for this `tokens` array (the
+        same object, not changed meanwhile): the server scores one request's prompt against the same
+        entries more than once (what it held, `load`, a preview), and entries never change."""
+        prev = self._lcp_memo
+        self._lcp_memo = (tokens, {})
+        try:
+            yield
+        finally:
+            self._lcp_memo = prev
+
+    def lcp(self, entry: CacheEntry, tokens: np.ndarray) -> int:
+        """`common_prefix(entry.tokens, tokens)`, remembered inside `one_prompt(tokens)`."""
+        memo = self._lcp_memo
+        if memo is None or memo[0] is not tokens:
+            return common_prefix(entry.tokens, tokens)
+        d = memo[1]
+        v = d.get(entry)  # entries hash by identity; the memo holds them only while the block runs
+        if v is None:
+            v = d[entry] = common_prefix(entry.tokens, tokens)
+        return v
 
     # -- events -------------------------------------------------------------------------------
 
@@ -288,6 +318,8 @@ class PromptCache:
 
         # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
         for e in self.entries:
+            if n_new and (e.n_tokens() < n_new or e.tokens[n_new - 1] != tokens[n_new - 1]):
+                continue  # cannot hold the whole prompt (a cheap test before the lcp)
             if common_prefix(e.tokens, tokens) == n_new:
                 self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
                            " - prompt is already in the cache, skipping",
@@ -306,8 +338,12 @@ class PromptCache:
         # 4. entries that are prefixes of the new prompt are superseded by it
         kept: list[CacheEntry] = []
         for e in self.entries:
+            n_e = e.n_tokens()
+            if n_e and (n_e > n_new or e.tokens[n_e - 1] != tokens[n_e - 1]):
+                kept.append(e)  # not a prefix of the new prompt (a cheap test before the lcp)
+                continue
             lcp = common_prefix(e.tokens, tokens)
-            if lcp == e.n_tokens():
+            if lcp == n_e:
                 self._emit(T.CACHE_EVICT, "TRC", "alloc",
                            " - removing obsolete cached prompt with length %d" % lcp,
                            reason="obsolete_prefix", entry=e, entry_id=e.id,
@@ -393,7 +429,7 @@ class PromptCache:
         scores: list[EntryScore] = []
         for e in self.entries:
             n_e = e.n_tokens()
-            lcp = common_prefix(e.tokens, tokens_new)
+            lcp = self.lcp(e, tokens_new)
             f_keep = f32_ratio(lcp, n_e)
             f_sim = f32_ratio(lcp, n_new)
             self._emit(T.CACHE_LOAD_SCORE, "TRC", "load",
@@ -504,19 +540,24 @@ class PromptCache:
                     " - cache token limit (%d, est: %d) reached, removing oldest entry (size = %.3f MiB)"
                     % (self.limit_tokens, limit_tokens_cur, self.entries[0].size() / MIB))
 
+        if self.on_event is None:  # nothing to report (the sizes below are only for the report)
+            return limit_tokens_cur
+        sizes = [e.size() for e in self.entries]
+        size = sum(sizes)
         self._emit(T.CACHE_STATE, "TRC", "update",
                    " - cache state: %d prompts, %.3f MiB (limits: %.3f MiB, %d tokens, %d est)"
-                   % (len(self.entries), self.size() / MIB, self.limit_size / MIB,
+                   % (len(self.entries), size / MIB, self.limit_size / MIB,
                       self.limit_tokens, limit_tokens_cur),
-                   n_entries=len(self.entries), size=self.size(), n_tokens=self.n_tokens(),
+                   n_entries=len(self.entries), size=size, n_tokens=self.n_tokens(),
                    limit_size=self.limit_size, limit_tokens=self.limit_tokens,
                    limit_tokens_cur=limit_tokens_cur)
-        for e in self.entries:
+        for e, e_size in zip(self.entries, sizes):
+            n_e = e.n_tokens()
             self._emit(T.CACHE_STATE_ENTRY, "TRC", "update",
                        "   - prompt 0x%012x: %7d tokens, checkpoints: %2d, %9.3f MiB"
-                       % (e.id, e.n_tokens(), len(e.checkpoints), e.size() / MIB),
-                       entry=e, entry_id=e.id, n_tokens=e.n_tokens(),
-                       n_checkpoints=len(e.checkpoints), size=e.size())
+                       % (e.id, n_e, len(e.checkpoints), e_size / MIB),
+                       entry=e, entry_id=e.id, n_tokens=n_e,
+                       n_checkpoints=len(e.checkpoints), size=e_size)
         return limit_tokens_cur
 
     def size_per_token(self) -> np.float32:

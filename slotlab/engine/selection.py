@@ -44,8 +44,10 @@ class SlotSelection:
     id_requested: int = -1
 
 
-def get_available_slot(slots: Sequence, tokens: np.ndarray, id_slot: int, sps: float) -> SlotSelection:
-    """Steps A-C on `slots` (objects with `id`, `is_processing`, `tokens`, `t_last_used`)."""
+def get_available_slot(slots: Sequence, tokens: np.ndarray, id_slot: int, sps: float,
+                       lcps: Sequence[int] | None = None) -> SlotSelection:
+    """Steps A-C on `slots` (objects with `id`, `is_processing`, `tokens`, `t_last_used`). `lcps`: each
+    slot's (in `slots` order) common prefix with `tokens`, when the caller has computed them already."""
     n_task = int(tokens.shape[0])
     ret = None
     how = None
@@ -57,7 +59,7 @@ def get_available_slot(slots: Sequence, tokens: np.ndarray, id_slot: int, sps: f
         ret, how = slots[(id_slot % 2**64) % len(slots)], "id"
     sps32 = np.float32(sps)
     if sps32 != 0:  # B: by LCP similarity (spec 1.2)
-        for s in slots:
+        for j, s in enumerate(slots):
             if id_slot != -1 and s.id != id_slot:
                 continue
             if s.is_processing:
@@ -66,7 +68,7 @@ def get_available_slot(slots: Sequence, tokens: np.ndarray, id_slot: int, sps: f
             if len(s.tokens) == 0:
                 checks.append(SlotCheck(s.id, "empty"))
                 continue
-            lcp = s.tokens.get_common_prefix(tokens)
+            lcp = s.tokens.get_common_prefix(tokens) if lcps is None else lcps[j]
             f_sim = f32_ratio(lcp, n_task)
             checks.append(SlotCheck(s.id, None, lcp, float(f_sim)))
             if f_sim > f_sim_best and f_sim > sps32:

@@ -40,6 +40,9 @@ class TaskParams:
     id_slot: int = -1
     message_spans: object = None  # MessageSpans from the request's message_delimiters
     stop: list = field(default_factory=list)  # stop strings
+    # slotlab.sampling.SamplingParams when the request set the server's sampling fields (logit_bias,
+    # n_probs, grammar, ...): the memory then builds the server's sampler chain; None = the plain one
+    sampling: object = None
 
 
 @dataclass
@@ -71,6 +74,9 @@ class Task:
     on_token: object = field(default=None, repr=False)
     _callbacks: list = field(default_factory=list, repr=False)
     cancelled: bool = False
+    index: int = 0  # which of a request's n choices this task answers (the server's task.index)
+    # per sampled token, the sampler's TokenProbs when params.sampling.n_probs > 0 (generated_token_probs)
+    token_probs: list = field(default_factory=list, repr=False)
     callback_errors: int = 0  # done callbacks that raised (each logged on "slotlab.engine")
 
     @property

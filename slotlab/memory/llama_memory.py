@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from slotlab.llama import STATE_SEQ_FLAGS_NONE, STATE_SEQ_FLAGS_PARTIAL_ONLY, Batch as LlamaBatch, Context, Model, Sampler
+from slotlab.llama.sampling import ServerSampler
 from slotlab.memory.base import Batch, MemoryInfo
+from slotlab.sampling import SamplingParams
 
 
 def _flags(partial: bool) -> int:
@@ -19,13 +21,22 @@ def _flags(partial: bool) -> int:
 
 
 class _Sampler:
-    """A llama sampler chain bound to the context whose logits it reads."""
+    """A llama sampler chain bound to the context whose logits it reads. `last_probs`: the
+    `TokenProbs` of the last sampled token when the request asked for `n_probs`, else None."""
 
-    def __init__(self, sampler: Sampler, ctx: Context):
+    def __init__(self, sampler: Sampler | ServerSampler, ctx: Context):
         self._s, self._ctx = sampler, ctx
+        self._server = isinstance(sampler, ServerSampler)
 
     def sample(self, i: int) -> int:
-        return self._s.sample(self._ctx, i)
+        tok = self._s.sample(self._ctx, i)
+        if self._server:  # common_sampler_accept after common_sampler_sample (the plain path accepted)
+            self._s.accept(tok)
+        return tok
+
+    @property
+    def last_probs(self):
+        return self._s.last_probs
 
     def close(self) -> None:
         self._s.close()
@@ -113,8 +124,17 @@ class LlamaMemory:
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:
         return self._pick(True).decode(self._view(batch), off, n)
 
-    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool) -> _Sampler:
-        return _Sampler(Sampler(self.model, temperature=temperature, seed=seed, ignore_eos=ignore_eos), self.ctx)
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool, sampling: SamplingParams | None = None,
+                prompt=None) -> _Sampler:
+        """With `sampling` (a request that set the server's sampling fields) the server's chain
+        (raises `SamplerInitError` as `common_sampler_init` throws), which is fed `prompt` as
+        `init_sampler` does; without, the plain chain the golden traces were recorded with."""
+        if sampling is None:
+            return _Sampler(Sampler(self.model, temperature=temperature, seed=seed, ignore_eos=ignore_eos), self.ctx)
+        s = ServerSampler(self.model, sampling)
+        if prompt is not None:
+            s.accept_prompt(prompt)
+        return _Sampler(s, self.ctx)
 
     def draft(self, seq: int, token: int, pos: int, n_max: int) -> list[int]:
         """Greedy draft of up to `n_max` tokens after `token` at `pos` on the draft context; the
