@@ -20,22 +20,28 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from slotlab.engine.metrics import Metrics
 from slotlab.engine.slot_actions import check_slot_action
-from slotlab.serve.chat import ChatTemplate
+from slotlab.serve import errors as E
+from slotlab.serve import fields
+from slotlab.serve import info
+from slotlab.serve import nljson as J
+from slotlab.serve import prompts as P
+from slotlab.serve.cors import Cors
+from slotlab.serve import sampling as smp
+from slotlab.serve.chat import ChatTemplate, ChatTemplateError
+from slotlab.serve.chat_request import ChatRequestError
 
 SUPPORTED = {"prompt", "n_predict", "max_tokens", "temperature", "seed", "ignore_eos", "cache_prompt", "id_slot",
              "n_cache_reuse", "stream", "return_progress", "message_delimiters", "stop", "model", "messages", "n",
-             "stream_options", "user", "top_k", "top_p", "min_p"}
+             "stream_options", "user"} | smp.CHAIN_FIELDS | {"top_logprobs", "response_format", "n_cmpl"}
 # fields of the server's API that slotlab does not model: an error, never silence
-NOT_SUPPORTED = {"grammar", "json_schema", "response_format", "lora", "n_probs", "logprobs", "top_logprobs",
-                 "image_data", "multimodal_data", "logit_bias", "mirostat", "mirostat_tau", "mirostat_eta",
-                 "dry_multiplier", "xtc_probability", "typical_p", "repeat_penalty", "presence_penalty",
-                 "frequency_penalty", "tools", "tool_choice", "n_keep", "n_discard", "samplers", "t_max_predict_ms",
-                 "n_indent", "post_sampling_probs", "suffix", "input_extra", "echo", "best_of"}
+NOT_SUPPORTED = {"lora", "image_data", "multimodal_data", "tools", "tool_choice", "n_keep", "n_discard",
+                 "t_max_predict_ms", "n_indent", "suffix", "input_extra", "echo", "best_of"}
 
 
-def error(code: int, message: str, type_: str, **extra) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, "type": type_, **extra}}, status_code=code)
+def error(code: int, message: str, type_: str | None = None, **extra) -> JSONResponse:
+    return E.error(code, message, type_, **extra)
 
 
 def not_supported(what: str) -> JSONResponse:
@@ -47,8 +53,9 @@ class Api:
     def __init__(self, engine):
         self.engine = engine
         self.p = engine.params
-        self.chat = ChatTemplate(engine.model)
+        self.chat = ChatTemplate(engine.model, engine.params)
         self.t0 = time.time()
+        self._scrape = Metrics()  # the metrics at the last /metrics scrape (rate windows)
 
     # ---------------------------------------------------------------- helpers
 
@@ -75,41 +82,68 @@ class Api:
                     await fut
                     return
 
-    def _submit(self, body: dict, tokens, on_token=None):
-        n_predict = body.get("n_predict", body.get("max_tokens", -1))
-        if n_predict is None:
-            n_predict = -1
-        stop = body.get("stop") or []
-        if isinstance(stop, str):
-            stop = [stop]
-        return self.engine.submit(
-            tokens, n_predict=int(n_predict), id_slot=int(body.get("id_slot", -1)),
-            cache_prompt=body.get("cache_prompt"), n_cache_reuse=body.get("n_cache_reuse"),
-            temperature=float(body.get("temperature", 0.8)), seed=int(body.get("seed", 0xFFFFFFFF)),
-            ignore_eos=bool(body.get("ignore_eos", False)), message_delimiters=body.get("message_delimiters"),
-            stop=stop, on_token=on_token)
+    def _values(self, body: dict) -> tuple[dict, dict]:
+        """The request's fields as the server's schema reads them (slotlab.serve.fields): the values
+        and the normalized body; InvalidRequest (400) with the server's text otherwise."""
+        return fields.evaluate(body, info.request_defaults(self.p), len(self.engine.slots))
 
-    @staticmethod
-    def _task_error(task) -> JSONResponse:
+    def _submit(self, body: dict, tokens, on_token=None, sampling=None, values=None):
+        v = values if values is not None else self._values(body)[0]
+        task = self.engine.submit(
+            tokens, n_predict=v["n_predict"], id_slot=v["id_slot"],
+            cache_prompt=body.get("cache_prompt"), n_cache_reuse=body.get("n_cache_reuse"),
+            temperature=v["temperature"], seed=v["seed"], ignore_eos=v["ignore_eos"],
+            message_delimiters=body.get("message_delimiters"), stop=v["stop"], on_token=on_token, sampling=sampling)
+        task.values = v  # for generation_settings, return_tokens and response_fields of its answer
+        return task
+
+    def _task_error(self, task) -> JSONResponse:
+        """server_task_result_error::to_json: the context-size error also names both sizes."""
         e = task.error
-        return error(e.code, e.message, e.type)
+        extra = {}
+        if e.type == "exceed_context_size_error":
+            extra = {"n_prompt_tokens": task.n_tokens, "n_ctx": self.engine.n_ctx_slot}
+        return error(e.code, e.message, e.type, **extra)
 
     def _final_json(self, task) -> dict:
         r = task.result
         stop_type = r["stop_type"]
-        return {
-            "index": 0, "content": r["content"], "tokens": [], "id_slot": r["id_slot"], "stop": True,
+        v = getattr(task, "values", None) or {}
+        out = {
+            "index": task.index, "content": r["content"],
+            "tokens": r["tokens"] if v.get("return_tokens") else [], "id_slot": r["id_slot"], "stop": True,
             "model": self.model_name(), "tokens_predicted": r["tokens_predicted"],
-            "tokens_evaluated": r["tokens_evaluated"], "generation_settings": {"n_predict": task.params.n_predict,
-                                                                                "temperature": task.params.temperature,
-                                                                                "seed": task.params.seed},
+            "tokens_evaluated": r["tokens_evaluated"], "generation_settings": info.finite(info.task_params_json(v)),
             "prompt": self.engine.model.detokenize(task.tokens), "has_new_line": "\n" in r["content"],
             "truncated": r["truncated"], "stop_type": stop_type, "stopping_word": "", "tokens_cached": r["tokens_cached"],
             "timings": r["timings"],
         }
+        self._add_probs(out, task, "completion", stream=False)
+        if v.get("response_fields"):
+            return info.json_nested(v["response_fields"], out)
+        return out
+
+    def _add_probs(self, out: dict, task, kind: str, stream: bool) -> None:
+        """completion_probabilities / OpenAI logprobs of a final response (not when streamed)."""
+        sp = task.params.sampling
+        if stream or sp is None or sp.n_probs <= 0 or task.result is None:
+            return
+        probs = smp.probs_for_result(self.engine.model, task, stream=stream)
+        if not probs:
+            return
+        js = smp.probs_json(self.engine.model, probs, sp.post_sampling_probs)
+        if kind == "completion":
+            out["completion_probabilities"] = js
+        else:
+            out["choices"][0]["logprobs"] = {"content": js}
 
     def model_name(self) -> str:
-        return self.engine.model.path.name
+        """meta.model_name: the first --alias, else the model path as given."""
+        aliases = self.aliases()
+        return aliases[0] if aliases else str(self.engine.model.path)
+
+    def aliases(self) -> list[str]:
+        return sorted(set(getattr(self.p, "model_alias", ()) or ()))
 
     # ---------------------------------------------------------------- simple endpoints
 
@@ -117,14 +151,14 @@ class Api:
         return JSONResponse({"status": "ok"})
 
     async def props(self, request: Request):
-        e = self.engine
-        return JSONResponse({
-            "default_generation_settings": {"id": 0, "n_ctx": e.n_ctx_slot, "speculative": e.dctx is not None,
-                                            "is_processing": False, "params": {"n_predict": self.p.n_predict}},
-            "total_slots": len(e.slots), "model_path": str(e.model.path), "chat_template": self.chat.source,
-            "modalities": {"vision": False, "audio": False}, "build_info": "slotlab on llama-cpp-python 0.3.36",
-            "is_sleeping": False,
-        })
+        return JSONResponse(info.props_json(self.engine, self.chat, self.p, self.model_name()))
+
+    async def post_props(self, request: Request):
+        """POST /props: with --props the server accepts it and changes nothing (SC:4797-4807)."""
+        if not getattr(self.p, "endpoint_props", False):
+            return error(501, "This server does not support changing global properties. Start it with `--props`",
+                         "not_supported_error")
+        return JSONResponse({"success": True})
 
     async def slots(self, request: Request):
         if not self.p.slots_endpoint:
@@ -146,17 +180,18 @@ class Api:
         if n == len(raw) - len(digits) or not raw[len(raw) - len(digits):n]:
             return error(400, "Invalid slot ID", "invalid_request_error")
         id_slot = int(raw[:n])  # std::stoi: leading digits ("1abc" -> 1)
+        if not J.INT32_MIN <= id_slot <= J.INT32_MAX:
+            return error(400, "Invalid slot ID", "invalid_request_error")  # stoi's out_of_range
+        if id_slot < 0:  # the server's answer is undefined here (it wraps to some slot): refuse clearly
+            return error(400, f"Invalid slot ID: {id_slot} is negative (slot ids are 0..{len(self.engine.slots) - 1})",
+                         "invalid_request_error")
         action = request.query_params.get("action", "")
         err = check_slot_action(self.p.slot_save_path, action, check_filename=False)
         if err is not None:
             return error(err.code, err.message, err.type)
         filename = None
-        if action != "erase":
-            try:
-                body = json.loads(await request.body() or b"null")
-                filename = body["filename"]
-            except (ValueError, KeyError, TypeError) as ex:
-                return error(500, f"[json.exception] {ex}", "server_error")
+        if action != "erase":  # json::parse and at("filename") outside any try: JSON errors are 500s
+            filename = J.get_str(J.at(J.parse(await request.body()), "filename"))
         task = self.engine.slot_action(action, id_slot, filename)
         await self._await(request, task)
         if task.error is not None:
@@ -164,16 +199,17 @@ class Api:
         return JSONResponse(task.result)
 
     async def tokenize(self, request: Request):
-        body = await request.json()
-        content = body.get("content")
-        if content is None:
+        """/tokenize (SC:5065-5104): a body without `content` (or not an object) has no tokens; a
+        `content` of the wrong type is nlohmann's type error, a 500 as in the server."""
+        body = J.parse(await request.body())
+        if not isinstance(body, dict) or "content" not in body:
             return JSONResponse({"tokens": []})
-        add_special = bool(body.get("add_special", False))
-        parse_special = bool(body.get("parse_special", True))
+        add_special = J.json_value(body, "add_special", False, J.get_bool)
+        parse_special = J.json_value(body, "parse_special", True, J.get_bool)
         m = self.engine.model
-        toks = m.tokenize(content, add_special=add_special, parse_special=parse_special).tolist() \
-            if isinstance(content, str) else list(content)
-        if body.get("with_pieces"):
+        toks = P.tokenize_mixed(m, body["content"], add_special, parse_special)
+        if J.json_value(body, "with_pieces", False, J.get_bool):
+            P.detokenize_checked(m, toks)  # a piece of an id outside the vocabulary: vector::at's error
             out = []
             for t in toks:
                 piece = m.token_to_piece(t)
@@ -185,13 +221,11 @@ class Api:
         return JSONResponse({"tokens": toks})
 
     async def detokenize(self, request: Request):
-        body = await request.json()
-        toks = body.get("tokens", [])
-        try:
-            self.engine.model.check_tokens(toks)
-        except ValueError as ex:
-            return error(400, str(ex), "invalid_request_error")
-        return JSONResponse({"content": self.engine.model.detokenize(toks)})
+        """/detokenize (SC:5106-5118): bad ids and types are 500s with the server's texts."""
+        body = J.parse(await request.body())
+        if not isinstance(body, dict) or "tokens" not in body:
+            return JSONResponse({"content": ""})
+        return JSONResponse({"content": P.detokenize_checked(self.engine.model, body["tokens"])})
 
     async def metrics(self, request: Request):
         if not self.p.metrics:
@@ -203,101 +237,148 @@ class Api:
                         len(core.tq.deferred))
 
         m, busy, n_deferred = await run_in_threadpool(picture)
-        lines = []
-
-        def metric(name, typ, help_, value):
-            lines.extend([f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {typ}", f"llamacpp:{name} {value}"])
-
-        metric("prompt_tokens_total", "counter", "Number of prompt tokens processed.", m.prompt_tokens_total)
-        metric("prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache.",
-               m.prompt_tokens_cached_total)
-        metric("prompt_seconds_total", "counter", "Prompt process time", round(m.prompt_seconds_total, 6))
-        metric("tokens_predicted_total", "counter", "Number of generation tokens processed.", m.tokens_predicted_total)
-        metric("n_decode_total", "counter", "Total number of llama_decode() calls", m.n_decode_total)
-        metric("n_tokens_max", "counter", "Largest observed n_tokens.", m.n_tokens_max)
-        metric("spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", m.spec_draft_tokens_total)
-        metric("spec_decode_num_accepted_tokens_total", "counter", "Number of accepted draft tokens.",
-               m.spec_accepted_tokens_total)
-        metric("requests_processing", "gauge", "Number of requests processing.", busy)
-        metric("requests_deferred", "gauge", "Number of requests deferred.", n_deferred)
-        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4",
+        # the rate gauges are averaged over the window since the last scrape, as the server's buckets
+        prev, self._scrape = self._scrape, m
+        d_prompt = m.prompt_tokens_total - prev.prompt_tokens_total
+        d_prompt_s = m.prompt_seconds_total - prev.prompt_seconds_total
+        pred_s = getattr(m, "tokens_predicted_seconds_total", 0.0)
+        steps = getattr(m, "tokens_predicted_steps_total", 0)
+        d_pred_s = pred_s - getattr(prev, "tokens_predicted_seconds_total", 0.0)
+        d_steps = steps - getattr(prev, "tokens_predicted_steps_total", 0)
+        text = info.metrics_text({
+            "prompt_tokens_total": m.prompt_tokens_total, "prompt_tokens_cached_total": m.prompt_tokens_cached_total,
+            "prompt_seconds_total": m.prompt_seconds_total, "tokens_predicted_total": m.tokens_predicted_total,
+            "tokens_predicted_seconds_total": pred_s, "n_decode_total": m.n_decode_total,
+            "n_tokens_max": m.n_tokens_max, "spec_decode_num_draft_tokens_total": m.spec_draft_tokens_total,
+            "spec_decode_num_accepted_tokens_total": m.spec_accepted_tokens_total,
+            "spec_decode_num_drafts_total": getattr(m, "spec_drafts_total", 0),
+            "prompt_tokens_seconds": d_prompt / d_prompt_s if d_prompt_s > 0 else 0.0,
+            "predicted_tokens_seconds": d_steps / d_pred_s if d_pred_s > 0 else 0.0,
+            "requests_processing": busy, "requests_deferred": n_deferred,
+            "n_busy_slots_per_decode": m.n_busy_slots_total / max(m.n_decode_total, 1),
+        })
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4",
                                  headers={"Process-Start-Time-Unix": str(int(self.t0))})
 
     async def models(self, request: Request):
-        return JSONResponse({"object": "list", "data": [{"id": self.model_name(), "object": "model",
-                                                         "created": int(self.t0), "owned_by": "slotlab"}]})
+        """/models and /v1/models (SC:4527-4588, SC:5053-5063)."""
+        m = self.engine.model
+        name = self.model_name()
+        meta = {"n_vocab": m.n_vocab, "n_ctx": self.engine.n_ctx_slot, "n_ctx_train": m.n_ctx_train,
+                "n_params": m.n_params, "size": m.size_bytes}
+        return JSONResponse(info.models_json(name, self.aliases() or [name], list(getattr(self.p, "model_tags", ())),
+                                             int(time.time()), meta))
 
     # ---------------------------------------------------------------- completions
 
-    async def _body(self, request: Request):
+    async def _json(self, request: Request):
+        """json::parse of the body: nlohmann's parse errors, answered 500 as the route wrapper does."""
+        return J.parse(await request.body())
+
+    def _fields(self, body, prompt):
+        """What handle_completions_impl does inside its try (every error 400): `at("prompt")` and its
+        tokenizing (`prompt` is None for the text endpoints), then the field schema."""
         try:
-            body = await request.json()
-        except Exception:
-            return None, error(400, "Invalid JSON in the request body", "invalid_request_error")
-        if not isinstance(body, dict):
-            return None, error(400, "the request body must be a JSON object", "invalid_request_error")
-        bad = self._check_fields(body)
-        return body, bad
+            inputs = P.tokenize_prompts(self.engine.model, J.at(body, "prompt") if prompt is None else prompt)
+            values, norm = self._values(body)
+        except (J.JsonError, ValueError) as ex:
+            raise E.InvalidRequest(str(ex)) from None
+        return inputs, values, norm
 
     async def completion(self, request: Request):
-        body, bad = await self._body(request)
-        if bad is not None:
-            return bad
-        if "prompt" not in body:
-            return error(400, "\"prompt\" is required", "invalid_request_error")
-        return await self._run(request, body, body["prompt"], kind="completion")
+        return await self._run(request, await self._json(request), None, kind="completion")
 
     async def v1_completions(self, request: Request):
-        body, bad = await self._body(request)
-        if bad is not None:
-            return bad
-        if "prompt" not in body:
-            return error(400, "\"prompt\" is required", "invalid_request_error")
-        return await self._run(request, body, body["prompt"], kind="oai_text")
+        return await self._run(request, await self._json(request), None, kind="oai_text")
 
     async def v1_chat(self, request: Request):
-        body, bad = await self._body(request)
-        if bad is not None:
-            return bad
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            return error(400, "'messages' is required and must be a non-empty array", "invalid_request_error")
+        """oaicompat_chat_params_parse, then the completion path. Its runtime errors are 500s and its
+        invalid_argument ones 400s, as the route wrapper answers them (SRV:54-86)."""
+        body = await self._json(request)
+        if not isinstance(body, dict):
+            body = {}  # json_value / contains on a non-object find nothing: "'messages' is required"
+        if body.get("json_schema") is not None and J.json_value(body, "grammar", "", J.get_str):
+            raise E.ServerError("Cannot use both json_schema and grammar")
         try:
-            prompt = self.chat.apply(msgs)
-        except Exception as ex:
-            return error(400, str(ex), "invalid_request_error")
+            body = smp.chat_fields(body)
+        except ValueError as ex:
+            raise E.InvalidRequest(str(ex)) from None
+        try:
+            prompt = await run_in_threadpool(self.chat.apply_request, body)
+        except ChatRequestError as ex:
+            raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
         body = dict(body)
         body.setdefault("message_delimiters", self.chat.delimiters())
         return await self._run(request, body, prompt, kind="oai_chat")
 
-    async def _run(self, request: Request, body: dict, prompt, kind: str):
-        if int(body.get("n", 1) or 1) != 1:
-            return not_supported("n > 1")
+    async def apply_template(self, request: Request):
+        """`/apply-template`: the chat path's prompt without inference (post_apply_template runs
+        oaicompat_chat_params_parse and answers {"prompt": ...}); rendering in slotlab.serve.chat."""
+        body = await self._json(request)
+        if not isinstance(body, dict):
+            body = {}  # as in v1_chat: "'messages' is required"
         try:
-            tokens = self._prompt_tokens(prompt)
+            prompt = await run_in_threadpool(self.chat.apply_request, body)
+        except ChatRequestError as ex:
+            raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
+        except ChatTemplateError as ex:
+            raise E.ServerError(str(ex)) from None
+        return JSONResponse({"prompt": prompt})
+
+    async def _run(self, request: Request, body: dict, prompt, kind: str):
+        inputs, values, body = self._fields(body, prompt)  # body: normalized (converted, nulls dropped)
+        bad = self._check_fields(body)
+        if bad is not None:
+            return bad
+        try:  # the sampling fields, read as the server reads them (slotlab.serve.sampling)
+            sampling = smp.sampling_params(body, self.engine.model)
         except ValueError as ex:
-            return error(400, str(ex), "invalid_request_error")
-        stream = bool(body.get("stream", False))
+            raise E.InvalidRequest(str(ex)) from None
+        n_cmpl = values["n_cmpl"]
+        tokens = inputs[0]
+        stream = values["stream"]
+        if (n_cmpl > 1 or len(inputs) > 1) and stream:
+            return not_supported("streaming with n > 1 or several prompts")
         if not stream:
-            try:
-                task = self._submit(body, tokens)
+            tasks = []
+            try:  # prompt i, choice j: the server's task i and its child j (seed + j when one is set)
+                for i, toks in enumerate(inputs):
+                    for j in range(n_cmpl):
+                        bj = smp.child_body(body, j)
+                        vj = values if j == 0 else dict(values, seed=bj.get("seed", values["seed"]))
+                        t = self._submit(bj, toks, values=vj,
+                                         sampling=sampling if j == 0 else smp.sampling_params(bj, self.engine.model))
+                        t.index = i * n_cmpl + j
+                        tasks.append(t)
             except Exception as ex:
-                return error(400, str(ex), "invalid_request_error")
-            await self._await(request, task)
-            if task.error is not None:
-                return self._task_error(task)
-            return JSONResponse(self._shape_final(task, kind))
+                for t in tasks:
+                    self.engine.cancel(t)
+                raise E.InvalidRequest(str(ex)) from ex
+            for t in tasks:
+                await self._await(request, t)
+            for t in tasks:
+                if t.error is not None:
+                    return self._task_error(t)
+            outs = [self._shape_final(t, kind) for t in tasks]
+            if len(outs) == 1:
+                return JSONResponse(outs[0])
+            if kind == "completion":
+                return JSONResponse(outs)  # multi-results, non-OAI: an array
+            for o in outs[1:]:
+                outs[0]["choices"].append(o["choices"][0])
+            return JSONResponse(outs[0])
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
         model = self.engine.model
 
         def on_token(task, tok):
-            loop.call_soon_threadsafe(q.put_nowait, ("tok", tok))
+            probs = task.token_probs[-1] if task.token_probs else None  # appended just before this call
+            loop.call_soon_threadsafe(q.put_nowait, ("tok", (tok, probs)))
 
         try:
-            task = self._submit(body, tokens, on_token=on_token)
+            task = self._submit(body, tokens, on_token=on_token, sampling=sampling, values=values)
         except Exception as ex:
-            return error(400, str(ex), "invalid_request_error")
+            raise E.InvalidRequest(str(ex)) from ex
         task.add_done_callback(lambda t: loop.call_soon_threadsafe(q.put_nowait, ("done", None)))
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}" if kind != "completion" else None
 
@@ -308,9 +389,10 @@ class Api:
                 if kind == "completion" and body.get("return_progress"):
                     yield _sse({"content": "", "stop": False, "prompt_progress": {"total": int(len(tokens))}})
                 while True:
-                    what, tok = await q.get()
+                    what, item = await q.get()
                     if what == "done":
                         break
+                    tok, probs = item
                     pending += model.token_to_piece(tok)
                     try:
                         text = pending.decode("utf-8")
@@ -318,6 +400,12 @@ class Api:
                         continue  # wait for the rest of a multi-byte character
                     pending = b""
                     chunk = self._shape_chunk(text, kind, cid)
+                    if probs is not None:  # the partial result's prob_output: this token's
+                        js = smp.probs_json(model, [probs], task.params.sampling.post_sampling_probs)
+                        if kind == "completion":
+                            chunk["completion_probabilities"] = js
+                        else:
+                            chunk["choices"][0]["logprobs"] = {"content": js}
                     if first and kind == "oai_chat":
                         chunk["choices"][0]["delta"]["role"] = "assistant"  # as OpenAI's first delta
                     first = False
@@ -357,21 +445,27 @@ class Api:
             out = self._final_json(task)
             if stream:
                 out["content"] = ""
+                out.pop("completion_probabilities", None)  # streamed with each token instead
             return out
         finish = "length" if r["stop_type"] == "limit" else "stop"
         cid = cid or f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if kind == "oai_text":
-            choice = {"text": "" if stream else r["content"], "index": 0, "logprobs": None, "finish_reason": finish}
-            return {"id": cid, "object": "text_completion", "created": created, "model": self.model_name(),
-                    "choices": [choice], "usage": self._usage(r), "timings": r["timings"]}
+            choice = {"text": "" if stream else r["content"], "index": task.index, "logprobs": None,
+                      "finish_reason": finish}
+            out = {"id": cid, "object": "text_completion", "created": created, "model": self.model_name(),
+                   "choices": [choice], "usage": self._usage(r), "timings": r["timings"]}
+            self._add_probs(out, task, kind, stream)
+            return out
         if stream:
             return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.model_name(),
                     "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": self._usage(r),
                     "timings": r["timings"]}
-        return {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name(),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": r["content"]},
-                             "finish_reason": finish}], "usage": self._usage(r), "timings": r["timings"]}
+        out = {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name(),
+               "choices": [{"index": task.index, "message": {"role": "assistant", "content": r["content"]},
+                            "finish_reason": finish}], "usage": self._usage(r), "timings": r["timings"]}
+        self._add_probs(out, task, kind, stream)
+        return out
 
 
 def _sse(obj: dict) -> bytes:
@@ -379,18 +473,19 @@ def _sse(obj: dict) -> bytes:
 
 
 class ApiKey:
-    """--api-key: every endpoint but /health needs `Authorization: Bearer KEY` (or `X-Api-Key`)."""
+    """--api-key / --api-key-file: every endpoint but /health needs one of the keys, as `Authorization:
+    Bearer KEY` or `X-Api-Key` (server-http.cpp middleware_validate_api_key: any key of the list)."""
 
-    def __init__(self, app, key: str | None):
-        self.app, self.key = app, key
+    def __init__(self, app, keys):
+        self.app, self.keys = app, frozenset(k for k in keys if k)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and self.key and scope["path"] not in ("/health", "/v1/health"):
+        if scope["type"] == "http" and self.keys and scope["path"] not in ("/health", "/v1/health"):
             h = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
             got = h.get("authorization") or h.get("x-api-key") or ""
             if got.startswith("Bearer "):
                 got = got[len("Bearer "):]
-            if got != self.key:
+            if got not in self.keys:
                 await error(401, "Invalid API Key", "authentication_error")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -400,16 +495,21 @@ def build_app(engine):
     api = Api(engine)
     routes = [
         Route("/health", api.health), Route("/v1/health", api.health), Route("/props", api.props),
+        Route("/props", api.post_props, methods=["POST"]),
         Route("/slots", api.slots), Route("/slots/{id_slot}", api.slot_action, methods=["POST"]),
         Route("/completion", api.completion, methods=["POST"]), Route("/completions", api.completion, methods=["POST"]),
         Route("/v1/completions", api.v1_completions, methods=["POST"]),
         Route("/v1/chat/completions", api.v1_chat, methods=["POST"]),
         Route("/chat/completions", api.v1_chat, methods=["POST"]),
         Route("/tokenize", api.tokenize, methods=["POST"]), Route("/detokenize", api.detokenize, methods=["POST"]),
+        Route("/apply-template", api.apply_template, methods=["POST"]),
         Route("/metrics", api.metrics), Route("/v1/models", api.models), Route("/models", api.models),
     ]
-    app = Starlette(routes=routes)
-    return ApiKey(app, engine.params.api_key)
+    # ex_wrapper: an exception is the server's JSON error, never a plain-text page
+    routes = [Route(r.path, E.wrap(r.endpoint), methods=r.methods) for r in routes]
+    # a path the server has not (or a method it has not there) is its JSON 404
+    app = Starlette(routes=routes, exception_handlers={404: E.not_found, 405: E.not_found})
+    return E.ServerErrors(Cors(ApiKey(app, getattr(engine.params, "api_keys", ()) or (engine.params.api_key,)), engine.params))
 
 
 def serve_in_thread(engine, host: str = "127.0.0.1", port: int = 8080, log_level: str = "warning"):

@@ -1,0 +1,87 @@
+"""Bad input on every endpoint: `slotlab serve` answers each recorded request with the real
+llama-server's status and error text (tests/serve/golden_bad_input.json, recorded by
+tests/serve/record_bad_input.py), and is healthy afterwards.
+
+One slotlab serve process for the module; the requests go in the recorded order. What each case
+compares is recorded with it (`compare`): the whole JSON body (errors), named fields of a success,
+the CORS headers, or the metric names and help lines. A case marked `undefined` is one where the
+server's answer is undefined (a negative slot id): slotlab refuses it with a clear 400 instead."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from slotlab.llama.model import default_model_path
+from tests.golden.llama_server import LlamaServer, slotlab_serve_command
+from tests.serve.record_bad_input import send
+
+GOLDEN = json.loads(Path(__file__).with_name("golden_bad_input.json").read_text())
+MISSING = "<missing>"
+
+
+@pytest.fixture(scope="module")
+def answers():
+    d = tempfile.mkdtemp(prefix="bad-input-slots-")
+    with LlamaServer(default_model_path(), [*GOLDEN["flags"], "--slot-save-path", d],
+                     command=slotlab_serve_command()) as srv:
+        got = {c["name"]: send(srv.url, c) for c in GOLDEN["cases"]}
+        got["/health after"] = send(srv.url, {"method": "GET", "path": "/health", "body": None, "headers": {}})
+        got["completion after"] = send(srv.url, {"method": "POST", "path": "/completion", "headers": {},
+                                                 "body": json.dumps({"prompt": "Hello", "n_predict": 1})})
+    return got
+
+
+def _path(obj, path: str):
+    """A dotted path into a JSON value ("0.tokens", "data.0.meta.n_vocab"); "len:x" its length,
+    "keys:x" its sorted keys (x empty: the top level)."""
+    op = None
+    for p in ("len:", "keys:"):
+        if path.startswith(p):
+            op, path = p, path[len(p):]
+    for k in [k for k in path.split(".") if k] if path else []:
+        if isinstance(obj, list) and k.isdigit() and int(k) < len(obj):
+            obj = obj[int(k)]
+        elif isinstance(obj, dict) and k in obj:
+            obj = obj[k]
+        else:
+            return MISSING
+    if op == "len:":
+        return len(obj)
+    if op == "keys:":
+        return sorted(obj)
+    return obj
+
+
+def _metrics(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#")]
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=[c["name"] for c in GOLDEN["cases"]])
+def test_answer_is_the_servers(answers, case):
+    got = answers[case["name"]]
+    if case.get("undefined"):
+        assert got["status"] == 400 and got["response"]["error"]["type"] == "invalid_request_error", got
+        assert "negative" in got["response"]["error"]["message"]
+        return
+    assert got["status"] == case["status"], (got, case["response"])
+    cmp = case["compare"]
+    if cmp == "body":
+        assert got["response"] == case["response"]
+    elif cmp == "headers":
+        assert got["response_headers"] == case["response_headers"]
+    elif cmp == "metrics":
+        assert _metrics(got["response"]) == _metrics(case["response"])
+    elif isinstance(cmp, list):
+        for path in cmp:
+            assert _path(got["response"], path) == _path(case["response"], path), path
+
+
+def test_healthy_afterwards(answers):
+    assert GOLDEN["after"] == {"health": 200, "completion": 200}
+    assert answers["/health after"]["status"] == 200
+    after = answers["completion after"]
+    assert after["status"] == 200 and after["response"]["tokens_predicted"] == 1
