@@ -1,14 +1,16 @@
 """How fast `slotlab simulate` runs: the Mooncake conversation trace (12,031 requests) with
 `-np 4 --cache-ram 8192` on the Llama 3.1 8B profile. Prints requests/s and prompt tokens/s simulated
-(wall clock), the CPU time, the steps fast-forwarded and the peak RSS. `--plain` steps every token
-(no generation fast-forward, no hold-back of requests that would only be deferred): the same results,
-slower.
+(wall clock), the CPU time, the steps fast-forwarded, the peak RSS and the load average before and
+after (the machines are shared: compare wall times only at a similar load, CPU times with care, as a
+loaded machine slows them too). `--plain` steps every token (no fast-forward of generation or prompt chunks, no hold-back of
+requests that would only be deferred): the same results, slower.
 
     .venv/bin/python -m bench.simulate_speed [--limit N] [--trace PATH] [--plain]"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -38,6 +40,7 @@ def main(argv=None) -> int:
 
     prof = ModelProfile.from_json(ROOT / "slotlab/sim/profiles/llama-3.1-8b.json")
     tr = load_mooncake(a.trace, limit=a.limit)
+    load0 = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(tr, a.flags, speed=SpeedModel.from_rates(a.prefill_tps, a.gen_tps), profile=prof,
                    progress=progress_bar(), fast=not a.plain)
@@ -47,7 +50,8 @@ def main(argv=None) -> int:
     print(f"bench: {t['n_requests']} requests in {wall:.1f} s wall: {t['n_requests'] / wall:.1f} requests/s, "
           f"{t['prompt_tokens'] / wall:,.0f} prompt tokens/s simulated; CPU {cpu:.1f} s "
           f"({t['n_requests'] / cpu:.1f} requests/s of CPU); {t['n_steps']} decodes, "
-          f"{t['fast_forward_steps']} of them in {t['fast_forwards']} fast-forwards; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+          f"{t['fast_forward_steps']} of them in {t['fast_forwards']} fast-forwards; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+          f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -94,8 +94,10 @@ class PaperBlob(np.ndarray):
         n = int(n)
         if n < 0:
             raise ValueError(f"a blob of {n} bytes")
-        a = np.lib.stride_tricks.as_strided(_ONE_BYTE, shape=(n,), strides=(0,), writeable=False)
-        obj = a.view(cls)
+        # ndarray's own constructor over the one byte (as_strided, its equivalent, costs 10x more: the
+        # simulator makes two blobs per RAM-cache save)
+        obj = np.ndarray.__new__(cls, (n,), np.uint8, _ONE_BYTE, 0, (0,))
+        obj.flags.writeable = False
         obj.payload = payload
         return obj
 
@@ -185,10 +187,11 @@ class PaperAllocator:
             raise MemoryError("std::bad_alloc")
         blob = PaperBlob(n)
         self.n_alloc += 1
-        self._live += n
         self.peak_bytes = max(self.peak_bytes, live + n)
-        weakref.finalize(blob, self._free, n)
-        if self.cache is not None:
+        if self.cache is None:  # unbound: counted until freed (bound, live_bytes reads the cache instead)
+            self._live += n
+            weakref.finalize(blob, self._free, n)
+        else:
             self._pending.append((weakref.ref(blob), getattr(self.cache, "_next_id", None)))
         return blob
 
@@ -467,7 +470,9 @@ class _Seq:
     def view(self) -> tuple[np.ndarray, np.ndarray]:
         return self.pos[:self.n], self.tok[:self.n]
 
-    def extend(self, pos: np.ndarray, tok: np.ndarray) -> None:
+    def extend(self, pos: np.ndarray, tok: np.ndarray, in_order: bool = False) -> None:
+        """Append cells; `in_order`: the caller knows `pos` is non-decreasing and starts after the last
+        cell (decode checked it), so no sort check is needed."""
         k = len(pos)
         if k == 0:
             return
@@ -478,11 +483,11 @@ class _Seq:
                 a = np.empty(cap, dtype=np.int32)
                 a[:self.n] = getattr(self, name)[:self.n]
                 setattr(self, name, a)
-        unsorted = self.n > 0 and pos[0] < self.pos[self.n - 1]
+        unsorted = not in_order and self.n > 0 and pos[0] < self.pos[self.n - 1]
         self.pos[self.n:need] = pos
         self.tok[self.n:need] = tok
         self.n = need
-        if unsorted or (k > 1 and np.any(np.diff(pos) < 0)):
+        if unsorted or (not in_order and k > 1 and np.any(np.diff(pos) < 0)):
             self._sort()
 
     def _sort(self) -> None:
@@ -1065,25 +1070,32 @@ class _Ctx:
             return -1
         if n_vocab > 0 and (tok.min() < 0 or tok.max() >= n_vocab):
             return -1
-        if seq.min() < 0 or seq.max() >= self.n_seq_max:
+        # every step of a simulation decodes here: numpy calls are kept few (runs and slices, not masks)
+        runs = self._runs(seq)
+        first: dict[int, tuple[int, int]] = {}  # seq -> its only run (a, b); (-1, -1): several runs
+        for q, a, b in runs:
+            first[q] = (a, b) if q not in first else (-1, -1)
+        qs = sorted(first)  # np.unique(seq), from the runs
+        if qs[0] < 0 or qs[-1] >= self.n_seq_max:
             return -1
         # llama_batch_allocr::init: positions must continue each sequence (Y = X + 1), never decrease
-        runs = self._runs(seq)
-        one = len(runs) == 1
-        for q in sorted({r[0] for r in runs}):  # np.unique(seq), from the runs
-            pq = pos if one else pos[seq == q]
-            d = np.diff(pq)
-            if np.any(d < 0):
-                return -1
+        mrope = self.profile.n_pos_per_embd > 1
+        for q in qs:
+            a, b = first[q]
+            pq = pos[a:b] if a >= 0 else pos[seq == q]
+            lo, hi = int(pq[0]), int(pq[-1])  # sorted (checked below): the extremes are the ends
+            if len(pq) > 1:
+                d = pq[1:] - pq[:-1]
+                if d.min() < 0:
+                    return -1
             p0 = self.pos_max(q)
-            lo, hi = int(pq[0]), int(pq[-1])  # sorted: the extremes are the ends
-            if self.profile.n_pos_per_embd > 1:
+            if mrope:
                 if p0 >= 0 and p0 >= lo:
                     return -1
             else:
                 if p0 >= 0 and lo != p0 + 1:
                     return -1
-                if hi - lo + 1 > 1 + int(np.count_nonzero(d)):  # distinct values of a sorted array
+                if hi - lo + 1 > (1 + int(np.count_nonzero(d)) if len(pq) > 1 else 1):  # distinct values
                     return -1
         unified = self.caches[0].spec.n_stream == 1
         if self.iswa:
@@ -1099,19 +1111,39 @@ class _Ctx:
                 self.caches[1].commit()
                 return 0
             return 1
+        cache = self.caches[0]
+        if cache.spec.size >= n_ubatch:
+            # No ubatch can exceed the cache, so `prepare` over the ubatches (split_simple / split_equal)
+            # fails exactly when a stream's rows exceed its free cells, and `commit` appends each
+            # sequence's rows in batch order whatever the split: the same outcome without splitting.
+            rows = {q: (pos[a:b], tok[a:b]) if a >= 0 else (pos[seq == q], tok[seq == q])
+                    for q, (a, b) in first.items()}
+            need: dict[int, int] = {}
+            for q, (pq, _) in rows.items():
+                st = cache.stream_of(q)
+                need[st] = need.get(st, 0) + len(pq)
+            if any(k > cache.free(st) for st, k in need.items()):
+                return 1
+            for q, (pq, tq) in rows.items():
+                cache._get(q).extend(pq, tq, in_order=True)
+            for st, k in need.items():
+                cache.used[st] += k
+            return 0
         ubs = _split_simple(n, n_ubatch, seq) if unified else _split_equal(runs, seq, n_ubatch, sequential=True)
-        if not self.caches[0].prepare(ubs):
+        if not cache.prepare(ubs):
             return 1
-        self.caches[0].commit(ubs, pos, tok)
+        cache.commit(ubs, pos, tok)
         return 0
 
     @staticmethod
     def _runs(seq: np.ndarray) -> list[tuple[int, int, int]]:
         """Maximal runs of one sequence in batch order: (seq, start, end)."""
-        cut = np.flatnonzero(np.diff(seq)) + 1
-        starts = np.concatenate([[0], cut])
-        ends = np.concatenate([cut, [len(seq)]])
-        return [(int(seq[a]), int(a), int(b)) for a, b in zip(starts, ends)]
+        n = len(seq)
+        if n == 1:
+            return [(int(seq[0]), 0, 1)]
+        cut = (np.flatnonzero(seq[1:] != seq[:-1]) + 1).tolist()
+        starts = [0] + cut
+        return [(q, a, b) for q, a, b in zip(seq[starts].tolist(), starts, cut + [n])]
 
 
 def _split_simple(n: int, n_ubatch: int, seq: np.ndarray) -> list[list[tuple[int, np.ndarray]]]:
@@ -1168,6 +1200,14 @@ def _split_equal(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) -> list
     return out
 
 
+def _step_batch(runs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A step of `PaperMemory.advance_steps` as batch rows (tokens, positions, sequences)."""
+    tok = np.concatenate([np.asarray(t, dtype=np.int32) for _, t, _ in runs])
+    pos = np.concatenate([np.arange(p0, p0 + len(t), dtype=np.int32) for _, t, p0 in runs])
+    seq = np.concatenate([np.full(len(t), q, dtype=np.int32) for q, t, _ in runs])
+    return tok, pos, seq
+
+
 # ============================================================================ vocabulary and sampling
 
 _M64 = (1 << 64) - 1
@@ -1203,7 +1243,8 @@ class PaperVocab:
         return b"<%d>" % int(token)
 
     def detokenize(self, tokens) -> str:
-        return "".join("<%d>" % int(t) for t in tokens)
+        t = tokens.tolist() if isinstance(tokens, np.ndarray) else [int(x) for x in tokens]
+        return ("<%d>" * len(t)) % tuple(t)  # one format call (a response's text is made per request)
 
     def is_eog(self, token: int) -> bool:
         return int(token) == self.eog
@@ -1550,16 +1591,17 @@ class PaperMemory:
         if feed.ndim != 2 or feed.shape[0] == 0 or self.dft is not None:
             return 0
         k, b = feed.shape
-        seq = np.asarray(seqs, dtype=np.int32)
-        p0 = np.asarray(pos0, dtype=np.int32)
-        if len(seq) != b or len(p0) != b or b == 0 or b > self.n_batch or len(np.unique(seq)) != b:
+        seq_l, p0_l = [int(q) for q in seqs], [int(p) for p in pos0]  # a few slots: Python, not numpy calls
+        if len(seq_l) != b or len(p0_l) != b or b == 0 or b > self.n_batch or len(set(seq_l)) != b:
             return 0
-        if seq.min() < 0 or seq.max() >= self.info.n_seq_max or feed.min() < 0 or feed.max() >= self.n_vocab:
+        if min(seq_l) < 0 or max(seq_l) >= self.info.n_seq_max or feed.min() < 0 or feed.max() >= self.n_vocab:
             return 0
+        seq = np.asarray(seq_l, dtype=np.int32)
+        p0 = np.asarray(p0_l, dtype=np.int32)
         ctx = self.tgt
         if ctx.profile.n_pos_per_embd != 1:
             return 0
-        for q, p in zip(seq.tolist(), p0.tolist()):
+        for q, p in zip(seq_l, p0_l):
             pm = ctx.pos_max(q)
             if pm >= 0 and p != pm + 1:
                 return 0
@@ -1573,7 +1615,7 @@ class PaperMemory:
             if m <= 0:
                 return 0
             for c, q in enumerate(seq.tolist()):
-                cache._get(q).extend(p0[c] + steps[:m], feed[:m, c])
+                cache._get(q).extend(p0[c] + steps[:m], feed[:m, c], in_order=True)  # checked: p0 = pos_max + 1
                 cache.used[cache.stream_of(q)] += m
         else:
             m = 0
@@ -1586,6 +1628,91 @@ class PaperMemory:
         self.stats["decode"] += m
         self.stats["decode_tokens"] += m * b
         self._last = (feed[m - 1].copy(), (p0 + (m - 1)).astype(np.int32), np.ones(b, dtype=np.int8))
+        return m
+
+    def advance_steps(self, steps: Sequence[Sequence[tuple[int, Any, int]]], logits: Sequence[Sequence[int]]) -> int:
+        """Up to `len(steps)` target decodes at once. A step is a batch given as its runs in row order,
+        `(seq, tokens, pos0)`: `tokens` (an int32 array or a list) at positions pos0, pos0 + 1, ...
+        of `seq`; at most n_batch rows a step. `logits[j]`: the rows of step j that request logits.
+
+        Returns how many steps `m` were applied: those before the first that `decode` would refuse
+        (no free cells, or an invalid batch: the caller's plain step then meets that refusal itself).
+        Afterwards the memory is exactly what m `decode` calls would have left, `_last` included (the
+        rows `sample` reads). A KV cache without a sliding window whose sequences simply continue is
+        advanced in bulk (free cells per stream decide; the cells of all m steps are appended at
+        once); anything else runs the real decode step by step. A memory with a draft returns 0.
+        (The simulator's prompt fast-forward, slotlab/sim/fastforward.py, calls it.)"""
+        if not steps or self.dft is not None:
+            return 0
+        sizes = [sum(len(t) for _, t, _ in st) for st in steps]
+        if min(sizes) == 0 or max(sizes) > self.n_batch:
+            return 0
+        ctx = self.tgt
+        m = -1
+        cache = ctx.caches[0]
+        if not ctx.iswa and ctx.profile.n_pos_per_embd == 1 and cache.spec.size >= self.n_ubatch:
+            m = self._bulk_steps(ctx, cache, steps)
+        batch = None
+        if m < 0:  # step by step
+            m = 0
+            for st in steps:
+                batch = _step_batch(st)
+                if ctx.decode(*batch, self.n_ubatch, self.n_vocab) != 0:
+                    break
+                m += 1
+        if m == 0:
+            return 0
+        self.stats["decode"] += m
+        self.stats["decode_tokens"] += sum(sizes[:m])
+        tok, pos, _ = batch if batch is not None and m == len(steps) else _step_batch(steps[m - 1])
+        want = np.zeros(len(tok), dtype=np.int8)
+        want[list(logits[m - 1])] = 1
+        self._last = (tok, pos, want)
+        return m
+
+    def _bulk_steps(self, ctx: _Ctx, cache: _CountCache, steps) -> int:
+        """`advance_steps` on a count cache: -1 when the steps are not plain continuations (then the
+        caller decodes them one by one), else the steps applied (0: the first does not fit)."""
+        n_stream = cache.spec.n_stream
+        n_seq, n_vocab = self.info.n_seq_max, self.n_vocab
+        free = [cache.free(st) for st in range(n_stream)]
+        nxt: dict[int, int] = {}  # seq -> the position its next cell must have
+        parts: dict[int, list] = {}  # seq -> its token runs, in order
+        m = 0
+        for st in steps:
+            need = [0] * n_stream
+            for q, t, p0 in st:
+                if not 0 <= q < n_seq:
+                    return -1
+                if q not in nxt:
+                    pm = ctx.pos_max(q)
+                    nxt[q] = pm + 1 if pm >= 0 else p0
+                    parts[q] = []
+                if p0 != nxt[q]:
+                    return -1  # not position after position (the real decode may still take it)
+                need[cache.stream_of(q)] += len(t)
+            if any(k > f for k, f in zip(need, free)):
+                break  # prepare would fail here: the steps before it are applied
+            for q, t, p0 in st:
+                if len(t):
+                    if isinstance(t, np.ndarray):
+                        if n_vocab > 0 and (t.min() < 0 or t.max() >= n_vocab):
+                            return -1
+                    elif n_vocab > 0 and not all(0 <= x < n_vocab for x in t):
+                        return -1
+                    parts[q].append(t)
+                nxt[q] = p0 + len(t)
+            free = [f - k for k, f in zip(need, free)]
+            m += 1
+        if m == 0:
+            return 0
+        for q, ts in parts.items():
+            if not ts:
+                continue
+            toks = np.concatenate([np.asarray(t, dtype=np.int32) for t in ts])
+            p0 = nxt[q] - len(toks)
+            cache._get(q).extend(np.arange(p0, nxt[q], dtype=np.int32), toks, in_order=True)
+            cache.used[cache.stream_of(q)] += len(toks)
         return m
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:

@@ -25,11 +25,21 @@ def resolve_profile(spec: str | None):
     return ModelProfile.from_gguf(p) if p.suffix == ".gguf" else ModelProfile.from_json(p)
 
 
+def model_flag(flags: list[str]) -> str | None:
+    """The `-m` among llama-server `flags` (None: the embedded model): a session log's tokenizer."""
+    if not flags:
+        return None
+    from slotlab.engine.params import ServerParams
+
+    return ServerParams.from_args(list(flags)).model
+
+
 def simulate_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="slotlab simulate", description="Run a request trace through llama-server's "
                                  "decisions on the paper memory (no model, nothing decoded) under a simulated clock.",
                                  epilog="Other arguments are llama-server flags (default: the trace's flags).")
-    ap.add_argument("trace", help="a Mooncake .jsonl, or a slotlab trace .json (optional per-request arrival/output)")
+    ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl (tokenized with -m's chat "
+                                  "template), or a slotlab trace .json (optional per-request arrival/output)")
     ap.add_argument("--profile", help="model profile: a JSON file, a shipped name (llama-3.1-8b) or a GGUF "
                                       "(default: the header of -m, or the embedded model)")
     ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
@@ -53,8 +63,7 @@ def simulate_main(argv: list[str]) -> int:
         speed = SpeedModel.from_rates(8000, 60)
         print("slotlab simulate: no --speed / --prefill-tps --gen-tps given: assuming 8000 / 60 tok/s "
               "(an 8B model on one GPU)", file=sys.stderr)
-    kw = {"time_scale": args.time_scale} if args.trace.endswith(".jsonl") else {}
-    trace = load_sim_trace(args.trace, limit=args.limit, **kw)
+    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags))
     for note in getattr(trace, "notes", []) or []:
         print(f"note: {note}", file=sys.stderr)
     vocab = None
@@ -83,9 +92,12 @@ def calibrate_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     from slotlab.sim.speed import calibrate
 
-    speed, points = calibrate(args.model, n_threads=args.threads)
-    for p in points:
-        print(p)
+    speed, meas = calibrate(args.model, n_threads=args.threads)
+    for n, t in meas["table"]:
+        print(f"decode of {n:4d} tokens (one sequence): {1e3 * t:9.2f} ms")
+    for k, t in meas["seqs"]:
+        print(f"decode of {k} sequences, a token each:  {1e3 * t:9.2f} ms")
+    print(f"engine generation step:                {1e3 * meas['step'][1]:9.2f} ms")
     print(f"speed model: {speed.source}; prefill {speed.prefill_rate():.0f} tok/s, generation {speed.gen_rate():.1f} tok/s")
     if args.output:
         Path(args.output).write_text(speed.to_json())

@@ -17,15 +17,28 @@ does k of them in one go:
 
 k is the largest number of steps such that, stepped one by one, none of them would submit an arrival
 (the clock before each stays below the next arrival), finish a slot (n_predict reached, context limit,
-an end-of-generation token) or hit a full KV pool. The step that ends a slot, and every step with a
-prompt, a queued task, a stop word, speculative decoding or a sampler it does not know, is left to
-the plain `ServerCore.step()`. So every decision is the plain stepping's (tests/sim/test_fastforward.py
-compares both modes request by request and RAM-cache decision by decision).
+an end-of-generation token) or hit a full KV pool.
 
-What changes in the event stream: per fast-forward, ONE `decode` event (off 0, n_tokens = k x slots,
-n_prompt 0, `ms` the wall time of the bulk, `_steps` = k) instead of k, and one `slot_snapshot` per
-generating slot (its state after the k steps) instead of one per slot per step. A view scrubbing
-through time sees generation jump by k tokens; every other event is emitted as before."""
+Prompts too (`_advance_prompt`): once a slot has started its prompt (the step that enters it,
+`_start_prompt` with its cache and checkpoint decisions, is a plain one), its further `-b` chunks
+decide nothing either, as long as no checkpoint is due (the memory needs none) and no waiting slot
+would start in the step. The batch of each step is planned as `pre_decode` fills it (one token per
+generating slot, then the prompt slots in slot order while there is room), up to and including the
+step in which a prompt ends and its first token is sampled (unless that token ends the request), and
+`PaperMemory.advance_steps` applies the batches. Each chunk emits its `prompt_seq_rm` / `prompt_batch`
+as `_process_prompt` does.
+
+The step that ends a slot, and every step with a starting prompt, a queued task, a stop word,
+speculative decoding, a sampler it does not know or state copied since the last step (its time is
+charged to the next plain step), is left to the plain `ServerCore.step()`. So every decision is the
+plain stepping's (tests/sim/test_fastforward.py and test_prompt_bulk.py compare both modes request
+by request and RAM-cache decision by decision).
+
+What changes in the event stream: per fast-forward, ONE `decode` event (off 0, n_tokens = all tokens
+of the k steps, n_prompt their prompt tokens, `ms` the wall time of the bulk, `_steps` = k) instead
+of k, and one `slot_snapshot` per changed slot (its state after the k steps) instead of one per slot
+per step. A view scrubbing through time sees generation jump by k tokens; every other event is
+emitted as before."""
 
 from __future__ import annotations
 
@@ -42,29 +55,36 @@ __all__ = ["FastForward"]
 
 _GEN = SlotState.GENERATING
 _IDLE = SlotState.IDLE
+_PROMPT = SlotState.PROCESSING_PROMPT
+_STARTED = SlotState.STARTED
 
 
 class FastForward:
-    """Fast-forwards the generation of `core` (a `ServerCore` on a `PaperMemory`); step time `dt_of(n)`
+    """Fast-forwards the generation of `core` (a `ServerCore` on a `PaperMemory`); step time `dt_of(n, n_outputs)`
     for a decode of n tokens (the simulator's speed model)."""
 
     def __init__(self, core, dt_of, *, min_steps: int = 2, first_token_only=None):
         self.core, self.mem, self.dt_of = core, core.memory, dt_of
+        self.ctx_cost = False  # pass each step's context (dt_of's n_ctx) for a speed model with t_ctx
         self.first_token_only = first_token_only  # an on_token callback that ignores all but the first token
         self.min_steps = max(1, int(min_steps))
         self.ok = isinstance(self.mem, PaperMemory) and core.spec is None and self.mem.dft is None
         self.n_bulk = 0  # fast-forwards done
         self.n_steps = 0  # steps they covered
 
-    def _chain(self, s, k: int) -> list[int] | None:
-        """The k tokens slot `s`'s sampler returns over the next k steps (None: unknown sampler)."""
+    def _chain(self, s, k: int, first: bool = False) -> list[int] | None:
+        """The k tokens slot `s`'s sampler returns over the next k steps (None: unknown sampler).
+        `first`: the slot is finishing its prompt, and the first token is sampled after its last
+        prompt token (the chain then starts there, and the script is looked up as `sample` would)."""
         sp = s.sampler
         script = None
         if isinstance(sp, _ScriptSampler):
             if sp._script is False:
-                return None
+                if not first:
+                    return None
+                sp._script, sp._slot = sp._lookup()  # what its first sample() does
             script, base = sp._script, sp.base
-            n0 = len(sp._slot.generated)
+            n0 = len(sp._slot.generated) if sp._slot is not None else 0
         else:
             base = sp
         if not isinstance(base, _PaperSampler) or base.mem is not self.mem or not isinstance(self.mem._gen, PaperVocab):
@@ -74,17 +94,26 @@ class FastForward:
         lo, ng = pv.gen_lo, pv.n_generated
         M = _M64
         sk = (int(base.seed) ^ self.mem.seed) * 0x8CB92BA72F3D8DD7 + 1
-        tok, pos = int(s.sampled), s.tokens.pos_next()
+        if first:  # the row that gets logits: the prompt's last token
+            tok, pos = int(s.task.tokens[-1]), s.task.n_tokens - 1
+        else:
+            tok, pos = int(s.sampled), s.tokens.pos_next()
         n_script = 0 if script is None else max(0, min(k, len(script) - n0))
         out = [int(x) for x in script[n0:n0 + n_script]] if n_script else []
         if n_script:
             tok = out[-1]
-        for j in range(n_script, k):
-            x = (tok * 0x9E3779B97F4A7C15 + (pos + j) * 0xD1B54A32D192ED03 + sk) & M
-            x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
-            x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
+        # (a hot loop: one pass per generated token of the whole simulation; constants are locals and
+        # the position term is carried from step to step)
+        A, B, C1, C2 = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+        pt = (pos + n_script) * B + sk
+        app = out.append
+        for _ in range(k - n_script):
+            x = (tok * A + pt) & M
+            x = ((x ^ (x >> 30)) * C1) & M
+            x = ((x ^ (x >> 27)) * C2) & M
             tok = lo + (x ^ (x >> 31)) % ng
-            out.append(tok)
+            app(tok)
+            pt += B
         return out
 
     def advance(self, now: float, next_arrival: float) -> tuple[int, float]:
@@ -93,11 +122,17 @@ class FastForward:
         core = self.core
         if not self.ok or core.tq.queue or core.tq.cancels:
             return 0, now
-        gen = []
+        if getattr(self.mem, "copied", 0):  # state copied since the last step (a launch's cache load...):
+            return 0, now  # the simulator charges it to the next plain step's time
+        gen, prm = [], []  # prm: the slots with a prompt to process, in slot order (STARTED ones included)
         kmax = 1 << 62
         for s in core.slots:
             st = s.state
             if st is _IDLE:
+                continue
+            if st is _STARTED or (st is _PROMPT and not s.task.params.stop
+                                  and getattr(s.task.params, "sampling", None) is None):
+                prm.append(s)
                 continue
             if st is not _GEN or s.spec_draft or s.task.params.stop:
                 return 0, now
@@ -108,17 +143,22 @@ class FastForward:
                 kmax = lim
             gen.append(s)
         b = len(gen)
+        if any(s.state is _PROMPT for s in prm):
+            return self._advance_prompt(now, next_arrival, gen, prm, kmax)
+        if prm:  # only slots about to start: the next step starts them
+            return 0, now
         if not b or kmax < self.min_steps or b > self.mem.n_batch:
             return 0, now
         # the clock: plain stepping adds dt per step and submits an arrival before the first step
         # whose starting clock has reached it
+        p0 = sum(s.tokens.pos_next() for s in gen) if self.ctx_cost else 0  # step j: each row j deeper
         dt = 0.0
-        dt += self.dt_of(b)
+        dt += self.dt_of(b, b, p0, p0) if p0 else self.dt_of(b, b)  # b sequences, an output each
         clocks = [now + dt]
         c = clocks[0]
         k = 1
         while k < kmax and c < next_arrival:
-            c += dt
+            c += self.dt_of(b, b, p0 + k * b, p0 + k * b) if p0 else dt
             clocks.append(c)
             k += 1
         if k < self.min_steps:
@@ -172,3 +212,167 @@ class FastForward:
         self.n_bulk += 1
         self.n_steps += k
         return k, clocks[k - 1]
+
+    # -- prompts ---------------------------------------------------------------------------------------
+
+    def _advance_prompt(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int) -> tuple[int, float]:
+        """Steps that process prompt chunks (slots in PROCESSING_PROMPT), beside generating slots: up to
+        and including the step in which a prompt ends (its first token sampled), unless that token
+        ends the slot; never past a slot's finishing step, an arrival, or a full KV pool. Each chunk
+        is what `_process_prompt` would add (the batch filled in slot order after one token per
+        generating slot) and emits its `prompt_seq_rm` / `prompt_batch` as there; the decodes and
+        snapshots are summarized as in a generation fast-forward."""
+        core, mem = self.core, self.mem
+        if not core.params.cont_batching and gen:
+            return 0, now
+        gate = core.checkpoints.gate
+        for s in prm:
+            if s.state is _PROMPT and gate(s.task):  # checkpoint decisions inside the prompt: plain steps
+                return 0, now
+        n_batch = mem.info.n_batch
+        b = len(gen)
+        if b > n_batch:
+            return 0, now
+        # plan the steps: which chunk each prompt slot gets, and the clock
+        rem = {s.id: s.task.n_tokens - len(s.tokens) for s in prm if s.state is _PROMPT}
+        plan: list[list[tuple[object, int]]] = []
+        sizes: list[int] = []
+        clocks: list[float] = []
+        c = now
+        first = None  # the slot whose prompt ends in the last planned step, and its first token
+        while len(plan) < kmax and (not plan or c < next_arrival):
+            bn = b
+            adds = []
+            for s in prm:  # pre_decode: slot order, while the batch has room
+                if bn >= n_batch:
+                    break
+                if s.state is _STARTED:  # it would start in this step (_start_prompt decides): not here
+                    adds = []
+                    break
+                a = min(rem[s.id], n_batch - bn)
+                if a > 0:
+                    adds.append((s, a))
+                    bn += a
+            if not adds:
+                break  # nothing left to prefill here (a plain step will tell)
+            done = [s for s, a in adds if a == rem[s.id]]
+            if done:
+                if len(done) > 1:
+                    break  # two prompts ending at once: left to plain stepping
+                s = done[0]
+                ch = self._chain(s, 1, first=True)
+                if ch is None:
+                    break
+                tok = ch[0]
+                # process_token after the first sample: context limit, budget (n_gen = 1), end of generation
+                if (s.task.n_tokens + 1 >= s.n_ctx or (s.n_predict_max != -1 and s.n_predict_max <= 1)
+                        or core.vocab.is_eog(tok)):
+                    break
+                first = (s, tok)
+            for s, a in adds:
+                rem[s.id] -= a
+            plan.append(adds)
+            sizes.append(bn)
+            if self.ctx_cost:  # the context each row's sequence holds: generating rows, then the chunks
+                j = len(plan) - 1
+                ng = sum(g.tokens.pos_next() + j for g in gen)
+                starts = [(a, s.task.n_tokens - rem[s.id] - a) for s, a in adds]
+                c += self.dt_of(bn, b + len(done), ng + sum(a * p for a, p in starts), ng + sum(p for _, p in starts))
+            else:
+                c += self.dt_of(bn, b + len(done))  # the generating slots' outputs, and the prompt's last
+            clocks.append(c)
+            if first is not None:
+                break
+        k = len(plan)
+        if k == 0:
+            return 0, now
+        chains = []
+        is_eog = core.vocab.is_eog
+        for s in gen:
+            ch = self._chain(s, k)
+            if ch is None:
+                return 0, now
+            for j, t in enumerate(ch):
+                if is_eog(t):
+                    k = j
+                    break
+            chains.append(ch)
+        if k < len(plan):
+            first = None  # the step that would end a prompt is cut
+            plan, sizes, clocks = plan[:k], sizes[:k], clocks[:k]
+        if k == 0:
+            return 0, now
+        # the batches, in the server's row order: one token per generating slot, then the chunks
+        t0 = time.perf_counter()
+        steps, logits = [], []
+        n_have = {s.id: len(s.tokens) for s in prm if s.state is _PROMPT}
+        gen_pos = [s.tokens.pos_next() for s in gen]
+        gen_rows = list(range(b))
+        for j, adds in enumerate(plan):
+            runs = [(s.id, [s.sampled if j == 0 else ch[j - 1]], p + j) for s, ch, p in zip(gen, chains, gen_pos)]
+            want = gen_rows
+            row = b
+            for s, a in adds:
+                h = n_have[s.id]
+                runs.append((s.id, s.task.tokens[h:h + a], h))
+                n_have[s.id] = h + a
+                row += a
+                if first is not None and s is first[0] and j == k - 1:
+                    want = gen_rows + [row - 1]  # the prompt's last row: the first sample reads it
+            steps.append(runs)
+            logits.append(want)
+        m = mem.advance_steps(steps, logits)
+        if m == 0:
+            return 0, now
+        if m < k:
+            first = None
+            k = m
+        # the slots, as k times pre_decode + post_decode
+        tnow = now_us()
+        met = core.metrics
+        emit = core.emit
+        n_prompt = 0
+        for adds in plan[:k]:
+            for s, a in adds:  # _process_prompt
+                p0 = len(s.tokens)
+                emit(T.PROMPT_SEQ_RM, f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
+                s.tokens.extend(s.task.tokens[p0:p0 + a])
+                if s.stats.is_set():
+                    s.stats.n_prompt_processed += a
+                n_prompt += a
+                emit(T.PROMPT_BATCH, "", slot=s, n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens)
+        for c_, (s, ch) in enumerate(zip(gen, chains)):
+            s.tokens.extend([s.sampled] + ch[:k - 1])
+            toks = ch[:k]
+            cb = s.task.on_token
+            if cb is None or cb is self.first_token_only:
+                s.generated.extend(toks)
+            else:
+                for t in toks:
+                    s.generated.append(t)
+                    cb(s.task, t)
+            s.sampled = toks[-1]
+            s.stats.n_gen += k
+            s.stats.t_gen_last = tnow
+            s.i_batch = -1
+        met.n_decode_total += k
+        met.n_busy_slots_total += k * sum(1 for s in core.slots if s.is_processing)
+        met.prompt_tokens_total += n_prompt
+        met.tokens_predicted_total += k * b
+        if first is not None:  # its prompt is done: DONE_PROMPT, then post_decode samples its first token
+            s, tok = first
+            s.stats.n_gen = 0
+            s.state = _GEN  # DONE_PROMPT -> GENERATING in post_decode, which samples it
+            s.i_batch = -1
+            core._accept(s, tok)
+            if not s.has_next_token:
+                raise AssertionError(f"slot {s.id}: the first token was predicted not to end it")
+        met.n_tokens_max = max([met.n_tokens_max] + [len(s.tokens) for s in core.slots])
+        dt = time.perf_counter() - t0
+        met.prompt_seconds_total += dt
+        emit(T.DECODE, "", off=0, n_tokens=sum(sizes[:k]), n_prompt=n_prompt, ms=dt * 1e3, _steps=k)
+        core._snapshots()
+        self.n_bulk += 1
+        self.n_steps += k
+        return k, clocks[k - 1]
+

@@ -6,7 +6,11 @@
   the script, or for a request without one. Which request a sampler serves is looked up in the
   core's slots (`bind(core)`), since the memory interface's `sampler()` is not told.
 * **Decode accounting** for a simulated clock: `decoded` collects the token count of every
-  successful target decode; the simulator reads and clears it after each engine step.
+  successful target decode, `decoded_out` its count of output rows (logits requested); the
+  simulator reads and clears both after each engine step (and `decoded_ctx` / `decoded_kv`, the
+  positions the rows' / the sequences' contexts held, when `count_ctx` is set). `copied` adds up
+  the bytes of sequence state got or set (checkpoints, RAM-cache saves and loads), which the
+  simulator charges to the clock and zeroes.
 
 Nothing else differs from `PaperMemory`: every decision the core takes on it is the one it takes
 on a `PaperMemory`."""
@@ -58,6 +62,11 @@ class SimMemory(PaperMemory):
         self.core = None
         self.scripts: dict[int, np.ndarray] = {}
         self.decoded: list[int] = []
+        self.decoded_out: list[int] = []
+        self.copied = 0
+        self.count_ctx = False  # also collect `decoded_ctx` (a speed model with an attention term)
+        self.decoded_ctx: list[int] = []
+        self.decoded_kv: list[int] = []
 
     def bind(self, core) -> "SimMemory":
         """The core whose slots tell which task a sampler serves (Engine(...).core)."""
@@ -74,8 +83,28 @@ class SimMemory(PaperMemory):
         base = super().sampler(temperature=temperature, seed=seed, ignore_eos=ignore_eos)
         return _ScriptSampler(self, base) if self.scripts else base
 
+    def state_get(self, seq: int, **kw):
+        out = super().state_get(seq, **kw)
+        self.copied += len(out)
+        return out
+
+    def state_set(self, data, seq: int, **kw) -> int:
+        n = super().state_set(data, seq, **kw)
+        self.copied += n
+        return n
+
     def decode(self, batch, off: int, n: int) -> int:
         ret = super().decode(batch, off, n)
         if ret == 0:
             self.decoded.append(n)
+            self.decoded_out.append(int(np.count_nonzero(batch.logits[off:off + n])))
+            if self.count_ctx:  # the positions each row's / each sequence's sequence held before the decode
+                seq, pos = batch.seq[off:off + n], batch.pos[off:off + n]
+                c = np.bincount(seq)
+                own = int((c * (c - 1) // 2).sum())  # a run's positions among its own rows
+                rows = int(pos.sum(dtype=np.int64)) - own
+                self.decoded_ctx.append(rows)
+                first = np.bincount(seq, weights=pos) - c * (c - 1) / 2  # c_s times the run's first position
+                nz = c > 0
+                self.decoded_kv.append(int(round(float((first[nz] / c[nz]).sum()))))
         return ret

@@ -3,14 +3,15 @@
 The decisions are the engine's own: the real `ServerCore` runs step by step (one `update_slots` a
 step) on a `SimMemory`, exactly as `slotlab replay --memory paper` runs it. What is simulated is
 time: each step costs what the speed model says its decodes cost (`SpeedModel.decode_time` of each
-decode's token count); a request is submitted when the clock reaches its arrival; when the server
+decode's token and output counts, and of the context its rows' sequences hold when the model has an
+attention term) and the sequence state it copied (checkpoints, RAM-cache saves and loads); a request is submitted when the clock reaches its arrival; when the server
 is idle the clock jumps to the next arrival (a discrete-event clock: nothing happens in between, so
 nothing is computed). Concurrency, deferral, idle-slot saves and the queue follow from the arrivals.
 
 Fast mode (`fast=True`, the default) gives the same per-request results and decisions with far fewer
-engine steps: generation-only stretches are fast-forwarded (fastforward.py), and requests that arrive
-while every slot is busy are held by the simulator until the server would launch them (`_post_order`)
-instead of being posted and deferred. Only `decode` / `slot_snapshot` events (summarized) and the
+engine steps: generation-only stretches and the later chunks of prompts are fast-forwarded
+(fastforward.py), and requests that arrive while every slot is busy are held by the simulator until
+the server would launch them (`_post_order`) instead of being posted and deferred. Only `decode` / `slot_snapshot` events (summarized) and the
 deferral passes' events differ from `fast=False`.
 
 Generated tokens come from the trace where it has them (`output`), otherwise they are the paper
@@ -23,6 +24,7 @@ peak cache bytes, queue wait and TTFT p50 / p99."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import sys
 import time
 from collections import Counter
@@ -115,6 +117,8 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     from slotlab.engine.params import ServerParams
 
     wall0 = time.perf_counter()
+    if vocab is None:  # a session log brings the tokenizer its message delimiters need
+        vocab = getattr(trace, "vocab", None)
     if flags is None:
         flags = trace.flags
     if isinstance(flags, str):
@@ -125,7 +129,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         eng.events.max_log, eng.events.trim_chunk = max_log, max(1, max_log // 50)
     mem, core, alloc = eng.memory, eng.core, eng.allocator
     if speed.n_ubatch != mem.n_ubatch:
-        speed = SpeedModel(speed.t_fixed, speed.t_token, mem.n_ubatch, speed.source)
+        speed = dataclasses.replace(speed, n_ubatch=mem.n_ubatch)
     reqs = trace.requests
     n = len(reqs)
     recs = [_Rec(i, r.arrival) for i, r in enumerate(reqs)]
@@ -164,9 +168,12 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     i = 0
     n_done = 0
     step = core.step
-    decoded = mem.decoded
+    decoded, decoded_out, decoded_ctx, decoded_kv = mem.decoded, mem.decoded_out, mem.decoded_ctx, mem.decoded_kv
+    ctx_cost = mem.count_ctx = speed.t_ctx > 0 or speed.t_kv > 0  # the attention terms need each decode's context
     dt_of = speed.decode_time
     ff = FastForward(core, dt_of, first_token_only=on_token) if fast else None
+    if ff is not None:
+        ff.ctx_cost = ctx_cost
     # hold-back (fast mode, requests without id_slot): a request that arrives while every slot is busy
     # is kept here instead of being posted and deferred; see _post_order
     hold = fast and not any("id_slot" in q.fields for q in reqs)
@@ -212,13 +219,27 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
             k, c = ff.advance(now, nxt)
             if k:
                 clock[0] = c
+                if pending_first:  # a prompt ended in its last step
+                    for r in pending_first.values():
+                        r.first = c
+                    pending_first.clear()
                 continue
         running = [s.task for s in core.slots if s.task is not None]
         decoded.clear()
+        decoded_out.clear()
+        decoded_ctx.clear()
+        decoded_kv.clear()
         step()  # its process_new_tasks() finds the queue empty
         dt = 0.0
-        for nt in decoded:
-            dt += dt_of(nt)
+        if ctx_cost:
+            for nt, no, nc, nk in zip(decoded, decoded_out, decoded_ctx, decoded_kv):
+                dt += dt_of(nt, no, nc, nk)
+        else:
+            for nt, no in zip(decoded, decoded_out):
+                dt += dt_of(nt, no)
+        if mem.copied:  # checkpoints, RAM-cache saves and loads since the last step
+            dt += speed.copy_time(mem.copied)
+            mem.copied = 0
         clock[0] = now + dt
         if pending_first:
             for r in pending_first.values():

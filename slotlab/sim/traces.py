@@ -10,11 +10,37 @@
   maps to its own deterministic token ids (`block_tokens`), the last block cut to input_length; the
   tokens are made when the request is submitted, so a trace of 145 M prompt tokens needs no memory
   for them.
+* OpenAI-messages session logs (JSONL, `load_sessions`): one line a chat call, in the order the calls
+  were made, with these fields (any other field is ignored):
+
+  - `session_id` (string or integer, required): the conversation the call belongs to;
+  - `messages` (required, non-empty): the OpenAI `messages` array sent, each `{"role", "content"}` with
+    string content;
+  - `output_length` (or its alias `max_tokens`; integer >= 0): the tokens the call generated. Optional
+    where the session's next call shows the reply (its `messages` are this call's, then an `assistant`
+    message): the reply's token count is used;
+  - `gap` (seconds >= 0): the time from the previous call of the same session (its arrival) to this
+    one; for a session's first call, from the start of the log. Or, instead, `timestamp` (seconds
+    since the start of the log). Each line has one of the two, not both;
+  - optional request fields passed to the server as they are: `id_slot`, `cache_prompt`,
+    `n_cache_reuse`, `temperature`, `seed`.
+
+  Each call's prompt is what llama-server's `/v1/chat/completions` decodes: the messages rendered
+  by the model's chat template (`slotlab.serve.chat.ChatTemplate`) with the generation prompt, then
+  tokenized as a text prompt (BOS, special tokens parsed), with the template's `message_delimiters` so
+  checkpoints land at user messages. The reply a call generated, where the next call of its session
+  shows it, is tokenized on its own (no BOS, no special tokens) and replayed as the call's output, so
+  the slot holds what the next turn repeats and the simulation shows the reuse a real conversation
+  gets. Tokenize with the model you simulate (`-m`; default: the embedded model): its token ids must
+  fit the profile's vocabulary.
+
+`load_sim_trace` tells the formats apart by content: a JSONL whose first line has `messages` is a
+session log, one with `input_length` a Mooncake trace, a JSON object with `requests` a slotlab trace.
+A malformed line is refused with a `TraceError` naming the file, the line and the field.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +48,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["SimRequest", "SimTrace", "block_tokens", "load_sim_trace", "load_mooncake", "infinite_cache_bound"]
+from slotlab.errors import SlotlabError
+
+__all__ = ["SimRequest", "SimTrace", "TraceError", "block_tokens", "load_sim_trace", "load_mooncake", "load_sessions",
+           "trace_kind", "infinite_cache_bound"]
 
 BLOCK = 512
 
@@ -37,6 +66,7 @@ class SimRequest:
     output: np.ndarray | None = None
     hash_ids: Sequence[int] | None = None
     fields: dict = field(default_factory=dict)  # id_slot, cache_prompt, n_cache_reuse, ...
+    session: str | None = None  # session logs: the conversation
 
     def tokens(self, vocab=None) -> np.ndarray:
         if self.make_tokens is not None:
@@ -55,6 +85,11 @@ class SimTrace:
     path: str | None = None
     notes: list[str] = field(default_factory=list)
     block: int = 0  # block size of hash_ids (0: none)
+    vocab: object = None  # the tokenizer the requests need at submit time (session logs: message_delimiters)
+
+
+class TraceError(SlotlabError, ValueError):
+    """A trace the importers cannot read; the message names the file, the line and the field."""
 
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
@@ -62,35 +97,70 @@ _MUL = np.uint64(0x9E3779B97F4A7C15)
 
 def block_tokens(block_id: int, n: int, lo: int, hi: int) -> np.ndarray:
     """`n` token ids in [lo, hi) for prefix block `block_id`: a fixed function of (id, offset)."""
-    x = (np.uint64(block_id) * np.uint64(BLOCK) + np.arange(n, dtype=np.uint64) + np.uint64(1)) * _MUL
+    return _mix_keys(np.uint64(block_id) * np.uint64(BLOCK) + np.arange(1, n + 1, dtype=np.uint64), lo, hi)
+
+
+def _mix_keys(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The token ids of keys `block_id * BLOCK + offset + 1` (uint64, changed in place): a splitmix-like
+    hash, then `lo + hash % (hi - lo)`."""
+    x *= _MUL
     x ^= x >> np.uint64(29)
     x *= np.uint64(0xBF58476D1CE4E5B9)
     x ^= x >> np.uint64(32)
-    return (lo + (x % np.uint64(hi - lo))).astype(np.int32)
+    m = np.uint64(hi - lo)
+    q = x // m  # x % m as x - (x // m) * m: numpy divides by a scalar several times faster than it takes a remainder
+    q *= m
+    x -= q
+    x += np.uint64(lo)
+    return x.astype(np.int32)
 
 
-@functools.lru_cache(maxsize=8192)
-def _full_block(block_id: int, lo: int, hi: int) -> np.ndarray:
-    """`block_tokens(block_id, BLOCK, lo, hi)`, cached (blocks recur: shared prefixes); read-only."""
-    a = block_tokens(block_id, BLOCK, lo, hi)
-    a.flags.writeable = False
-    return a
+_OFFSETS = np.arange(1, BLOCK + 1, dtype=np.uint64)  # offset + 1 within a block
+_TAIL_ID = -1 & 0x7FFFFFFFFFFF  # the block id of tokens beyond the last hash id
 
 
 def _mooncake_maker(hash_ids, n: int, lo: int, hi: int) -> Callable[[], np.ndarray]:
+    """The prompt of a Mooncake request: block i's first tokens are `block_tokens(hash_ids[i], ...)`, the
+    last block cut to `n`; tokens beyond the blocks are a tail of their own (never shared). Made in one
+    vectorized pass (the simulator makes every prompt at submit time: this is on its hot path)."""
     def make() -> np.ndarray:
-        parts, left = [], n
-        for h in hash_ids:
-            k = min(BLOCK, left)
-            if k <= 0:
-                break
-            parts.append(_full_block(int(h), lo, hi)[:k])  # a block's first k tokens: block_tokens(h, k)
-            left -= k
-        if left > 0:  # more tokens than blocks: a tail of its own (never shared)
-            parts.append(block_tokens(-1 & 0x7FFFFFFFFFFF, left, lo, hi))
-        return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        nb = min(len(hash_ids), -(-n // BLOCK))
+        m = min(n, nb * BLOCK)
+        x = ((np.asarray(hash_ids[:nb], dtype=np.uint64) * np.uint64(BLOCK))[:, None] + _OFFSETS).ravel()[:m]
+        if n > m:
+            tail = np.uint64(_TAIL_ID) * np.uint64(BLOCK) + np.arange(1, n - m + 1, dtype=np.uint64)
+            x = np.concatenate([x, tail])
+        return _mix_keys(x, lo, hi)
 
     return make
+
+
+def _where(path, lineno: int) -> str:
+    return f"{path}, line {lineno}"
+
+
+def _json_line(path, lineno: int, line: str) -> dict:
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as ex:
+        raise TraceError(f"{_where(path, lineno)}: not JSON ({ex.msg} at column {ex.colno})") from None
+    if not isinstance(d, dict):
+        raise TraceError(f"{_where(path, lineno)}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _number(path, lineno: int, d: dict, key: str, *, integer: bool = False, default=None):
+    """`d[key]` as a number >= 0 (an int where `integer`), or `default` when absent (None: required)."""
+    if key not in d:
+        if default is None:
+            raise TraceError(f"{_where(path, lineno)}, field '{key}': missing")
+        return default
+    v = d[key]
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if not ok or isinstance(v, bool) or v < 0:
+        what = "an integer" if integer else "a number"
+        raise TraceError(f"{_where(path, lineno)}, field '{key}': expected {what} >= 0, got {v!r}")
+    return v
 
 
 def load_mooncake(path, *, limit: int | None = None, lo: int = 10, hi: int = 120_000,
@@ -99,14 +169,17 @@ def load_mooncake(path, *, limit: int | None = None, lo: int = 10, hi: int = 120
     placeholder range, `PaperVocab.gen_lo`). `time_scale` < 1 compresses the arrivals."""
     reqs = []
     with open(path) as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            d = json.loads(line)
-            n = int(d["input_length"])
-            hs = list(d.get("hash_ids") or [])
-            reqs.append(SimRequest(arrival=d.get("timestamp", 0) / 1000.0 * time_scale, n_prompt=n,
-                                   n_predict=int(d.get("output_length", 16)),
+            d = _json_line(path, lineno, line)
+            n = _number(path, lineno, d, "input_length", integer=True)
+            hs = d.get("hash_ids") or []
+            if not isinstance(hs, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
+                raise TraceError(f"{_where(path, lineno)}, field 'hash_ids': expected a list of integers")
+            ts = _number(path, lineno, d, "timestamp", default=0)
+            reqs.append(SimRequest(arrival=ts / 1000.0 * time_scale, n_prompt=n,
+                                   n_predict=_number(path, lineno, d, "output_length", integer=True, default=16),
                                    make_tokens=_mooncake_maker(hs, n, lo, hi), hash_ids=hs))
             if limit and len(reqs) >= limit:
                 break
@@ -114,23 +187,184 @@ def load_mooncake(path, *, limit: int | None = None, lo: int = 10, hi: int = 120
     return SimTrace([], reqs, str(path), block=BLOCK)
 
 
-def load_sim_trace(path, *, limit: int | None = None, **kw) -> SimTrace:
-    """A Mooncake `.jsonl` or a slotlab trace `.json` (module docstring)."""
+# ---------------------------------------------------------------------------- session logs
+
+_PASS = ("id_slot", "cache_prompt", "n_cache_reuse", "temperature", "seed")
+
+
+@dataclass
+class _Call:
+    lineno: int
+    session: str
+    messages: list
+    n_out: int | None
+    timestamp: float | None
+    gap: float | None
+    fields: dict
+    reply: str | None = None
+
+
+def _session_call(path, lineno: int, d: dict) -> _Call:
+    """One line of a session log, checked field by field (module docstring)."""
+    where = _where(path, lineno)
+    sid = d.get("session_id")
+    if sid is None:
+        raise TraceError(f"{where}, field 'session_id': missing")
+    if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+        raise TraceError(f"{where}, field 'session_id': expected a string or an integer, got {sid!r}")
+    msgs = d.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise TraceError(f"{where}, field 'messages': expected a non-empty array of messages")
+    for j, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise TraceError(f"{where}, field 'messages[{j}]': expected an object with \"role\" and \"content\"")
+        if not isinstance(m.get("role"), str) or not m["role"]:
+            raise TraceError(f"{where}, field 'messages[{j}].role': missing or not a string")
+        if not isinstance(m.get("content"), str):
+            raise TraceError(f"{where}, field 'messages[{j}].content': expected a string (multimodal or "
+                             f"tool-call content is not supported), got {m.get('content')!r}")
+    key = "output_length" if "output_length" in d else "max_tokens"
+    n_out = _number(path, lineno, d, key, integer=True, default=-1)
+    if "timestamp" in d and "gap" in d:
+        raise TraceError(f"{where}, field 'gap': give 'gap' or 'timestamp', not both")
+    ts = _number(path, lineno, d, "timestamp") if "timestamp" in d else None
+    gap = _number(path, lineno, d, "gap") if ts is None else None
+    return _Call(lineno, str(sid), msgs, None if n_out < 0 else int(n_out), ts, gap,
+                 {k: d[k] for k in _PASS if k in d})
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a["role"] == b["role"] and a["content"] == b["content"]
+
+
+def _reply(call: _Call, nxt: _Call) -> str | None:
+    """The assistant reply `call` got, where the session's next call shows it: that call's messages
+    are `call`'s, then an assistant message."""
+    k = len(call.messages)
+    if len(nxt.messages) <= k or nxt.messages[k]["role"] != "assistant":
+        return None
+    if not all(_same(a, b) for a, b in zip(call.messages, nxt.messages)):
+        return None
+    return nxt.messages[k]["content"]
+
+
+def load_sessions(path, *, model=None, limit: int | None = None, time_scale: float = 1.0) -> SimTrace:
+    """An OpenAI-messages session log (module docstring), tokenized through `model`'s chat template.
+    `model`: a loaded `slotlab.llama.Model`, a GGUF path, or None for the embedded default model.
+    Every line is checked before the model is loaded, so a bad log fails at once."""
+    calls: list[_Call] = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                calls.append(_session_call(path, lineno, _json_line(path, lineno, line)))
+    last: dict[str, _Call] = {}
+    at: dict[str, float] = {}
+    arrival: list[float] = []
+    for c in calls:  # replies and arrivals, in file order
+        prev = last.get(c.session)
+        if prev is not None:
+            prev.reply = _reply(prev, c)
+        last[c.session] = c
+        t = c.timestamp if c.timestamp is not None else at.get(c.session, 0.0) + c.gap
+        at[c.session] = t
+        arrival.append(t * time_scale)
+    if limit:
+        calls, arrival = calls[:limit], arrival[:limit]
+    for c in calls:
+        if c.n_out is None and c.reply is None:
+            raise TraceError(f"{_where(path, c.lineno)}, field 'output_length': missing, and the session's next "
+                             "call does not show the reply (give output_length or max_tokens)")
+    if model is None or isinstance(model, (str, Path)):
+        from slotlab.llama import Model
+
+        model = Model(model)
+    from slotlab.serve.chat import ChatTemplate
+
+    tmpl = ChatTemplate(model)
+    delims = tmpl.delimiters()
+    reqs = []
+    for c, t in zip(calls, arrival):
+        try:
+            text = tmpl.apply(c.messages)
+        except Exception as ex:  # the template's own refusal (raise_exception, a bad role order)
+            raise TraceError(f"{_where(path, c.lineno)}, field 'messages': the chat template refused them: "
+                             f"{ex}") from None
+        toks = np.asarray(model.tokenize(text), dtype=np.int32)
+        out = None
+        if c.reply is not None:
+            out = np.asarray(model.tokenize(c.reply, add_special=False, parse_special=False), dtype=np.int32)
+        n_out = c.n_out if c.n_out is not None else len(out)
+        fields = dict(c.fields)
+        if delims:
+            fields["message_delimiters"] = [dict(x) for x in delims]
+        reqs.append(SimRequest(arrival=t, n_prompt=len(toks), n_predict=n_out, prompt=toks, output=out,
+                               fields=fields, session=c.session))
+    reqs.sort(key=lambda q: q.arrival)  # stable: file order among equal arrivals
+    return SimTrace([], reqs, str(path), vocab=model)
+
+
+# ---------------------------------------------------------------------------- any trace
+
+def trace_kind(path) -> str:
+    """"sessions", "mooncake" or "slotlab", from the file's content (module docstring)."""
     p = Path(path)
-    if p.suffix == ".jsonl":
-        return load_mooncake(p, limit=limit, **kw)
-    data = json.loads(p.read_text())
+    with open(p) as f:
+        lineno, first = 0, ""
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                first = line
+                break
+    if not first:
+        raise TraceError(f"{p}: empty trace")
+    try:
+        d = json.loads(first)
+    except json.JSONDecodeError:
+        if p.suffix == ".jsonl":
+            _json_line(p, lineno, first)  # raises with the line and the reason
+        return "slotlab"  # a pretty-printed JSON object
+    if isinstance(d, dict):
+        if "messages" in d:
+            return "sessions"
+        if "input_length" in d or "hash_ids" in d:
+            return "mooncake"
+        if "requests" in d or p.suffix != ".jsonl":
+            return "slotlab"
+    raise TraceError(f"{_where(p, lineno)}: not a known trace line: a session log line has 'messages', a "
+                     "Mooncake line 'input_length' (a slotlab trace is one JSON object with 'requests')")
+
+
+def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, model=None, **kw) -> SimTrace:
+    """Any trace the simulator reads, its format told from its content (`trace_kind`): a session log
+    (tokenized with `model`: see `load_sessions`), a Mooncake JSONL, or a slotlab trace JSON.
+    `time_scale` multiplies the arrival times; `kw` goes to `load_mooncake`."""
+    p = Path(path)
+    kind = trace_kind(p)
+    if kind == "sessions":
+        return load_sessions(p, model=model, limit=limit, time_scale=time_scale)
+    if kind == "mooncake":
+        return load_mooncake(p, limit=limit, time_scale=time_scale, **kw)
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as ex:
+        raise TraceError(f"{_where(p, ex.lineno)}: not JSON ({ex.msg} at column {ex.colno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("requests", []), list):
+        raise TraceError(f"{p}: a slotlab trace is a JSON object with a \"requests\" array")
     flags = list(data.get("flags", []))
     reqs, notes = [], []
     for i, r in enumerate(data.get("requests", [])):
+        if not isinstance(r, dict):
+            raise TraceError(f"{p}, request {i}: expected an object")
         if "action" in r:
             notes.append(f"request {i}: slot action {r['action']} not simulated")
             continue
         extra = {k: r[k] for k in ("id_slot", "cache_prompt", "n_cache_reuse", "temperature", "seed",
                                    "message_delimiters") if k in r}
         out = np.asarray(r["output"], dtype=np.int32) if r.get("output") is not None else None
+        if "prompt" not in r:
+            raise TraceError(f"{p}, request {i}, field 'prompt': missing")
         prompt = r["prompt"]
-        reqs.append(SimRequest(arrival=float(r.get("arrival", 0.0)), n_prompt=-1 if isinstance(prompt, str) else len(prompt),
+        reqs.append(SimRequest(arrival=float(r.get("arrival", 0.0)) * time_scale,
+                               n_prompt=-1 if isinstance(prompt, str) else len(prompt),
                                n_predict=int(r.get("n_predict", -1)), prompt=prompt, output=out, fields=extra))
         if limit and len(reqs) >= limit:
             break

@@ -111,7 +111,7 @@ def grid(base: list[str], varies: list[tuple[str, list[str]]]) -> list[tuple[dic
 
 def _run_one(job: dict) -> dict:
     """One simulation (in a worker): the trace is loaded here, so only paths and numbers travel."""
-    from slotlab.sim.cli import resolve_profile
+    from slotlab.sim.cli import model_flag, resolve_profile
     from slotlab.sim.simulate import simulate
     from slotlab.sim.speed import SpeedModel
     from slotlab.sim.traces import load_sim_trace
@@ -119,8 +119,8 @@ def _run_one(job: dict) -> dict:
     run = WhatIfRun(job["setting"], job["flags"])
     t0 = time.perf_counter()
     try:
-        kw = {"time_scale": job["time_scale"]} if str(job["trace"]).endswith(".jsonl") else {}
-        trace = load_sim_trace(job["trace"], limit=job.get("limit"), **kw)
+        trace = load_sim_trace(job["trace"], limit=job.get("limit"), time_scale=job["time_scale"],
+                               model=model_flag(job["flags"]))
         speed = SpeedModel(**job["speed"])
         res = simulate(trace, job["flags"], speed=speed, profile=resolve_profile(job.get("profile")))
         t = res.totals
@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                                  "flag settings (paper memory, no model) and compare reuse, prefill, RAM and TTFT.",
                                  epilog="Other arguments are llama-server flags shared by every run (default: the "
                                  "trace's flags).")
-    ap.add_argument("trace", help="a Mooncake .jsonl, or a slotlab trace .json (with arrival / output per request)")
+    ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl, or a slotlab trace .json "
+                                  "(with arrival / output per request)")
     ap.add_argument("--vary", action="append", required=True, metavar='"FLAG V1,V2,..."',
                     help='a flag and its values, e.g. --vary "--cache-ram 0,4096,16384" (repeatable: the grid is '
                          "every combination)")
@@ -258,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(ex))
     speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
              else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
-    if not base and not str(args.trace).endswith(".jsonl"):
+    from slotlab.sim.traces import trace_kind
+
+    if not base and trace_kind(args.trace) == "slotlab":
         base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
     n = 1
     for _, vals in varies:
