@@ -98,7 +98,8 @@ def load(params: ServerParams | None = None, model: Model | None = None) -> Back
     n_draft = params.draft_max if params.speculative else 0
     kw = dict(n_ctx=params.n_ctx_requested, n_parallel=params.n_slots, kv_unified=params.kv_unified_effective,
               swa_full=params.swa_full, n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_threads=params.n_threads,
-              n_threads_batch=params.n_threads_batch, n_draft=n_draft)
+              n_threads_batch=params.n_threads_batch, n_draft=n_draft, type_k=params.cache_type_k,
+              type_v=params.cache_type_v, flash_attn=params.flash_attn)
     ctx = Context(model, **kw)
     dmodel = dctx = None
     if params.speculative:

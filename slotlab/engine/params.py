@@ -81,6 +81,12 @@ class ServerParams:
     cors_headers: str = "*"  # --cors-headers
     cors_credentials: bool = True  # --cors-credentials / --no-cors-credentials
     log_file: str | None = None  # --log-file: the server's log lines go (also) there
+    # the KV cache's element types and attention kernel: they set the bytes of every slot state, RAM-cache
+    # entry and slot file, so --cache-ram evictions depend on them (llama_context_params type_k / type_v /
+    # flash_attn_type; a quantized V needs flash attention, which llama.cpp then turns on in auto)
+    cache_type_k: str = "f16"  # -ctk / --cache-type-k
+    cache_type_v: str = "f16"  # -ctv / --cache-type-v
+    flash_attn: str = "auto"  # -fa / --flash-attn on|off|auto
     # chat templates and reasoning (common_params names)
     use_jinja: bool = True  # --jinja / --no-jinja (on by default in this llama.cpp)
     chat_template: str = ""  # --chat-template NAME|JINJA, or --chat-template-file's contents
@@ -647,11 +653,35 @@ def _ngl(s: str) -> int:
     return {"auto": 0, "all": -1}[s] if s in ("auto", "all") else V.stoi(s)
 
 
+#: arg.cpp kv_cache_types: the -ctk / -ctv values the server accepts
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def _kv_type(s: str) -> str:
+    if s not in KV_CACHE_TYPES:
+        raise V.BadValue(f"Unsupported cache type: {s}")
+    return s
+
+
+def _flash_attn(s: str) -> str:
+    """arg.cpp -fa: is_truthy / is_falsey / is_autoy."""
+    if s in V.TRUTHY:
+        return "on"
+    if s in V.FALSEY:
+        return "off"
+    if s in ("auto", "-1"):
+        return "auto"
+    raise V.BadValue(f"error: unknown value for --flash-attn: '{s}'")
+
+
 def _temp(s: str) -> float:
     return max(V.stof(s), 0.0)
 
 
 _flag("model", "-m --model", str)
+_flag("cache_type_k", "-ctk --cache-type-k", _kv_type)
+_flag("cache_type_v", "-ctv --cache-type-v", _kv_type)
+_flag("flash_attn", "-fa --flash-attn", _flash_attn)
 _flag("n_ctx", "-c --ctx-size", _int)
 _flag("n_parallel", "-np --parallel", _int)
 _flag("n_batch", "-b --batch-size", _int)

@@ -56,6 +56,12 @@ def _as_u8(data) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
+#: the KV cache types llama-server accepts for -ctk / -ctv (arg.cpp kv_cache_types) -> ggml_type
+KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
+FLASH_ATTN = {"auto": lib.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lib.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+              "off": lib.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+
 class Context:
     """A live context: `n_parallel` sequences (slot ids 0..n_parallel-1) over one KV memory."""
 
@@ -72,7 +78,9 @@ class Context:
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
         n_draft: int = 0,
-        flash_attn: int = lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        flash_attn: int | str = lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        type_k: str = "f16",
+        type_v: str = "f16",
         probe_seq_rm: bool = True,
     ):
         for name, v in (("n_ctx", n_ctx), ("n_parallel", n_parallel), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
@@ -88,6 +96,13 @@ class Context:
             raise ConfigError(f"n_batch (-b) and n_ubatch (-ub) must be >= 1, got {n_batch} and {n_ubatch}")
         if n_draft < 0:
             raise ConfigError(f"n_draft must be >= 0, got {n_draft}")
+        if isinstance(flash_attn, str):
+            if flash_attn not in FLASH_ATTN:
+                raise ConfigError(f"flash_attn (-fa) must be on, off or auto, got {flash_attn!r}")
+            flash_attn = FLASH_ATTN[flash_attn]
+        for name, t in (("type_k (-ctk)", type_k), ("type_v (-ctv)", type_v)):
+            if t not in KV_TYPES:
+                raise ConfigError(f"{name}: Unsupported cache type: {t} (one of {', '.join(KV_TYPES)})")
         threads = default_threads()
         n_threads = threads if n_threads is None else int(n_threads)
         n_threads_batch = n_threads if n_threads_batch is None else int(n_threads_batch)
@@ -111,6 +126,7 @@ class Context:
         p.n_threads = n_threads
         p.n_threads_batch = n_threads_batch
         p.flash_attn_type = flash_attn
+        p.type_k, p.type_v = KV_TYPES[type_k], KV_TYPES[type_v]
         p.no_perf = False
         p.swa_full = bool(swa_full)
         p.kv_unified = bool(kv_unified)

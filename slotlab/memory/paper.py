@@ -1389,7 +1389,8 @@ class PaperMemory:
         return cls(profile, n_ctx=params.n_ctx_requested, n_slots=params.n_slots,
                    kv_unified=params.kv_unified_effective, swa_full=params.swa_full, n_batch=params.n_batch,
                    n_ubatch=params.n_ubatch, kv_unified_per_slot=params.kv_unified_per_slot, draft=draft,
-                   n_draft=params.draft_max if params.speculative else 0, **kw)
+                   n_draft=params.draft_max if params.speculative else 0, type_k=params.cache_type_k,
+                   type_v=params.cache_type_v, flash_attn=params.flash_attn, **kw)
 
     # -- helpers ----------------------------------------------------------------------------------------
 

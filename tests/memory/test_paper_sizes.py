@@ -52,8 +52,9 @@ class Pair:
 
     def __init__(self, model, profile, cfg: dict):
         self.cfg = cfg
+        types = dict(type_k=cfg.get("ctk", "f16"), type_v=cfg.get("ctv", "f16"), flash_attn=cfg.get("fa", "auto"))
         kw = dict(n_ctx=cfg["n_ctx"], n_parallel=cfg["np"], kv_unified=cfg["kvu"], swa_full=cfg["swa_full"],
-                  n_batch=cfg["n_batch"], n_ubatch=cfg["n_ubatch"])
+                  n_batch=cfg["n_batch"], n_ubatch=cfg["n_ubatch"], **types)
         key = tuple(sorted(kw.items()))
         if key not in Pair._ctxs:  # contexts are reused across examples (cleared: the same as fresh)
             while len(Pair._ctxs) >= 3:  # a few configurations at a time: each holds its KV buffers
@@ -68,7 +69,7 @@ class Pair:
                                 dctx=dctx if cfg["draft"] else None)
         self.paper = PaperMemory(profile, n_ctx=cfg["n_ctx"], n_slots=cfg["np"], kv_unified=cfg["kvu"],
                                  swa_full=cfg["swa_full"], n_batch=cfg["n_batch"], n_ubatch=cfg["n_ubatch"],
-                                 draft=profile if cfg["draft"] else None)
+                                 draft=profile if cfg["draft"] else None, **types)
         self.profile = profile
         self.rng = np.random.default_rng(1)
         self.log: list = []
@@ -265,6 +266,23 @@ def test_long_prompt_decoded_for_real(model, profile):
     pair = Pair(model, profile, _cfg(1, False, False, False, 2048, 400, 32))
     pair.run([("decode", [(0, 789)]), ("decode", [(0, 1)])])
     assert pair.real.pos_min(0) > 0  # the window cache did wrap
+
+
+@pytest.mark.parametrize("ctk,ctv,fa", [("q8_0", "q8_0", "auto"), ("q4_0", "f16", "off"), ("bf16", "q5_1", "on")])
+def test_kv_cache_types_set_the_sizes(model, profile, ctk, ctv, fa):
+    """-ctk / -ctv / -fa change every state's bytes (and so what --cache-ram holds): the paper memory
+    computes them as the real context reports them, and the server's flags reach both."""
+    cfg = {**_cfg(2, False, True, False, 2048, 256, 256), "ctk": ctk, "ctv": ctv, "fa": fa}
+    pair = Pair(model, profile, cfg)
+    pair.decode([(0, 40), (1, 7)])
+    pair.check(f"-ctk {ctk} -ctv {ctv} -fa {fa}")
+    f16 = Pair(model, profile, _cfg(2, False, True, False, 2048, 256, 256))
+    f16.decode([(0, 40)])
+    assert pair.paper.state_size(0) < f16.paper.state_size(0) or ctk == "bf16"
+    from slotlab.engine.params import ServerParams
+    p = ServerParams.from_args(["-np", "2", "-c", "2048", "-ctk", ctk, "-ctv", ctv, "-fa", fa])
+    assert (p.cache_type_k, p.cache_type_v, p.flash_attn, p.notes) == (ctk, ctv, fa, ())
+    assert PaperMemory.from_params(p).tgt.caches[0].spec == pair.paper.tgt.caches[0].spec
 
 
 # ---------------------------------------------------------------------------- byte format and files
