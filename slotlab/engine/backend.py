@@ -101,6 +101,8 @@ def load(params: ServerParams | None = None, model: Model | None = None) -> Back
               n_threads_batch=params.n_threads_batch, n_draft=n_draft, type_k=params.cache_type_k,
               type_v=params.cache_type_v, flash_attn=params.flash_attn)
     ctx = Context(model, **kw)
+    if params.warmup:
+        ctx.warmup()
     dmodel = dctx = None
     if params.speculative:
         from pathlib import Path
@@ -112,4 +114,6 @@ def load(params: ServerParams | None = None, model: Model | None = None) -> Back
             raise ConfigError(f"-md {params.model_draft}: the draft vocabulary ({dmodel.n_vocab} tokens) does not "
                               f"match the target's ({model.n_vocab}): draft model vocab type must match target model")
         dctx = Context(dmodel, **kw)
+        if params.warmup:  # the draft is loaded by common_init_from_params too (warm-up included)
+            dctx.warmup()
     return Backend(params, model, ctx, dmodel, dctx)

@@ -20,7 +20,7 @@ SPEED_NOTE = "only affects performance in llama-server; ignored by slotlab"
 # speed / hardware / memory placement / log format: same decisions, same answers
 SPEED: dict[str, str] = {name: SPEED_NOTE for name in (
     "--cpu-mask", "--cpu-range", "--cpu-strict", "--prio", "--poll", "--cpu-mask-batch", "--cpu-range-batch",
-    "--cpu-strict-batch", "--prio-batch", "--poll-batch", "--perf", "--warmup", "--kv-offload", "--no-host", "--load-mode", "--lazy-mode", "--numa",
+    "--cpu-strict-batch", "--prio-batch", "--poll-batch", "--perf", "--kv-offload", "--no-host", "--load-mode", "--lazy-mode", "--numa",
     "--device", "--list-devices", "--override-tensor", "--cpu-moe", "--n-cpu-moe", "--n-cpu-ffn", "--split-mode",
     "--tensor-split", "--main-gpu", "--fit", "--fit-target", "--fit-ctx", "--check-tensors", "--op-offload",
     "--rpc", "--backend-sampling", "--threads-http", "--reuse-port",

@@ -87,6 +87,7 @@ class ServerParams:
     cache_type_k: str = "f16"  # -ctk / --cache-type-k
     cache_type_v: str = "f16"  # -ctv / --cache-type-v
     flash_attn: str = "auto"  # -fa / --flash-attn on|off|auto
+    warmup: bool = True  # --warmup / --no-warmup: an empty decode at load (common_init_from_params)
     # chat templates and reasoning (common_params names)
     use_jinja: bool = True  # --jinja / --no-jinja (on by default in this llama.cpp)
     chat_template: str = ""  # --chat-template NAME|JINJA, or --chat-template-file's contents
@@ -696,6 +697,7 @@ _switch("kv_unified", "-kvu --kv-unified", "-no-kvu --no-kv-unified")
 _flag("kv_unified_per_slot", "--kv-unified-per-slot", _int)
 _switch("cache_idle_slots", "--cache-idle-slots", "--no-cache-idle-slots")
 _switch("swa_full", "--swa-full")
+_switch("warmup", "--warmup", "--no-warmup")
 _switch("cache_prompt", "--cache-prompt", "--no-cache-prompt")
 _flag("cache_reuse", "--cache-reuse", _int)
 _flag("ctx_checkpoints", "-ctxcp --swa-checkpoints --ctx-checkpoints", _int)

@@ -268,6 +268,21 @@ class Context:
     def clear(self, data: bool = True) -> None:
         lib.llama_memory_clear(self.mem, data)
 
+    def warmup(self) -> int:
+        """common_init_from_params' warm-up (on unless --no-warmup): decode [BOS, EOS] once, then clear the
+        memory and reset the perf counters. llama-server pays its first graph allocation here, at load, so
+        its first request is timed warm; slotlab does the same so that timings compare. Decides nothing:
+        the memory is empty afterwards. Returns llama_decode's code, which the server ignores too."""
+        v = self.model.vocab
+        toks = [t for t in (lib.llama_vocab_bos(v), lib.llama_vocab_eos(v)) if t != -1] or [0]
+        toks = toks[: self.n_batch]
+        arr = (ctypes.c_int32 * len(toks))(*toks)
+        rc = int(lib.llama_decode(self.ptr, lib.llama_batch_get_one(arr, len(toks))))
+        lib.llama_memory_clear(self.mem, True)
+        lib.llama_synchronize(self.ptr)
+        lib.llama_perf_context_reset(self.ptr)
+        return rc
+
     # --- state blobs ------------------------------------------------------------------------------
 
     def state_seq_size(self, seq: int, flags: int = STATE_SEQ_FLAGS_NONE) -> int:
