@@ -298,6 +298,7 @@ def test_production_command_line_starts_slotlab_serve(tmp_path):
     out = (tmp_path / "stderr.log").read_text()
     assert "not supported: --context-shift: context shift is not modelled" in out
     assert "not supported: --sleep-idle-seconds" in out
-    assert "-fa: only affects performance" in out
+    assert "note: --offline: slotlab never downloads; ignored" in out
+    assert "-fa:" not in out and "-ctk:" not in out  # modelled: they set the KV bytes (no note)
     log = log_file.read_text()
     assert re.search(r"I srv +llama_server: model loaded", log) and "listening on http://127.0.0.1" in log
