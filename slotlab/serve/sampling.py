@@ -17,6 +17,7 @@ import json
 import math
 
 from slotlab.sampling import SamplingParams, samplers_from_chars, samplers_from_names
+from slotlab.serve.nljson import type_name as _type_name  # basic_json::type_name(), one copy
 
 INT32_MAX = 2**31 - 1
 FLT_LOWEST = -3.4028234663852886e38  # std::numeric_limits<float>::lowest()
@@ -33,18 +34,6 @@ CHAIN_FIELDS = {
 
 def _has(body: dict, name: str) -> bool:
     return name in body and body[name] is not None  # has_value: null = absent
-
-
-def _type_name(v) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "number"
 
 
 def _num(name: str, v, kind):
