@@ -72,6 +72,23 @@ class FastForward:
         self.n_bulk = 0  # fast-forwards done
         self.n_steps = 0  # steps they covered
 
+    def _chains(self, gen, k: int) -> tuple[list | None, int]:
+        """Each generating slot's next `k` tokens, and how many steps they allow: the step that samples
+        an end-of-generation token ends its slot, so the fast-forward stops before it. None when a slot
+        has no chain (plain stepping handles it)."""
+        chains = []
+        is_eog = self.core.vocab.is_eog
+        for s in gen:
+            ch = self._chain(s, k)
+            if ch is None:
+                return None, k
+            for j, t in enumerate(ch):
+                if is_eog(t):  # that step ends the slot: stop before it
+                    k = j
+                    break
+            chains.append(ch)
+        return chains, k
+
     def _chain(self, s, k: int, first: bool = False) -> list[int] | None:
         """The k tokens slot `s`'s sampler returns over the next k steps (None: unknown sampler).
         `first`: the slot is finishing its prompt, and the first token is sampled after its last
@@ -163,17 +180,9 @@ class FastForward:
             k += 1
         if k < self.min_steps:
             return 0, now
-        chains = []
-        is_eog = core.vocab.is_eog
-        for s in gen:
-            ch = self._chain(s, k)
-            if ch is None:
-                return 0, now
-            for j, t in enumerate(ch):
-                if is_eog(t):  # that step ends the slot: stop before it
-                    k = j
-                    break
-            chains.append(ch)
+        chains, k = self._chains(gen, k)
+        if chains is None:
+            return 0, now
         if k < self.min_steps:
             return 0, now
         t0 = time.perf_counter()
@@ -286,17 +295,9 @@ class FastForward:
         k = len(plan)
         if k == 0:
             return 0, now
-        chains = []
-        is_eog = core.vocab.is_eog
-        for s in gen:
-            ch = self._chain(s, k)
-            if ch is None:
-                return 0, now
-            for j, t in enumerate(ch):
-                if is_eog(t):
-                    k = j
-                    break
-            chains.append(ch)
+        chains, k = self._chains(gen, k)
+        if chains is None:
+            return 0, now
         if k < len(plan):
             first = None  # the step that would end a prompt is cut
             plan, sizes, clocks = plan[:k], sizes[:k], clocks[:k]
