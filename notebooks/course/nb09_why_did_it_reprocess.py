@@ -1,0 +1,82 @@
+"""Notebook 09-why-did-it-reprocess: its cells (markdown and code), written by `notebooks/build_notebooks.py 09-why-did-it-reprocess`."""
+
+from course.cells import code, md
+
+NAME = "09-why-did-it-reprocess"
+
+CELLS = [
+    md("""# 09 · "Why did it re-process my prompt?" — hybrid models, agents, and the flag that would have helped
+
+The loudest caching complaint about llama-server is full prompt re-processing on **hybrid and
+recurrent** models (Qwen3.5/3.6, Nemotron-H, Granite 4, LFM2) behind coding agents (llama.cpp issues
+#20225, #21831, #22746). Their recurrent state cannot be rolled back: any cut-back — even by one
+token — needs a **context checkpoint** at or before that point (docs/server-behaviour.md 3.5).
+
+This notebook replays three recorded scenarios on a tiny random-weight **qwen35** (hybrid) model that
+llama.cpp's own `test-llama-archs` wrote (tests/models/; the real llama-server made the same decisions
+on them: tests/golden/traces_tiny/). For each request that reused fewer tokens than the server held,
+`slotlab.counterfactual.diagnose_trace` says where the prompt changed, which mechanism lost the rest,
+and tries the suggested flag changes by replaying the trace up to that request. The tiny model's test
+vocabulary renders text as odd pieces: the positions and counts are what matter here."""),
+    code("""from pathlib import Path
+from slotlab.engine.replay import load_trace
+from slotlab.engine.scheduler import Engine
+from slotlab.counterfactual import diagnose_trace
+
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "tests" / "models").exists())
+TINY = ROOT / "tests" / "golden" / "traces_tiny"
+
+def trace(name):
+    t = load_trace(TINY / f"{name}.json")
+    t.flags = [str(ROOT / f) if f.endswith(".gguf") else f for f in t.flags]  # the model, from any directory
+    return t
+
+eng = Engine(trace("hybrid_agent_loop").flags)
+info = eng.memory.info
+print(f"seq_rm {info.seq_rm_type}, can_shift {info.can_shift}, checkpoints needed: {info.needs_checkpoints}")
+assert info.seq_rm_type == "FULL" and info.needs_checkpoints
+eng.close()"""),
+    md("""## 1. An agent loop: every turn re-processes the tail
+Each turn appends the assistant's tool call and the tool's result. The slot holds the previous prompt
+*and* the reply it generated, but the recurrent state has moved past them: the server can only go back
+to a checkpoint, and it takes them a few tokens before each prompt's end (4 and `4 + n_ubatch`). So every
+turn loses the last few prompt tokens plus the reply — by design, and no flag moves that checkpoint."""),
+    code("""d1 = diagnose_trace(trace("hybrid_agent_loop"), max_misses=2)
+print("\\n".join(d1.lines()))
+causes = {m.cause for _, m in d1.misses}
+assert causes == {"checkpoint_early"} and len(d1.misses) == 6
+assert all(m.lost == 4 for _, m in d1.misses)
+assert all(c.saved <= 0 for cs in d1.tried.values() for c in cs)   # no flag saves it"""),
+    md("""## 2. A client that rewrites a header early in the system prompt
+A timestamp or billing header near the top of the prompt changes every turn. The prompt diverges a few
+tokens in; every checkpoint lies after that point, so the whole prompt is processed again. More
+checkpoints do not help (tried below); keeping the first tokens stable does."""),
+    code("""d2 = diagnose_trace(trace("hybrid_changing_header"), max_misses=2)
+print("\\n".join(d2.lines()))
+first = d2.misses[0][1]
+assert first.cause == "no_checkpoint" and first.n_past == 0
+assert first.suggest[-1].startswith("keep the prompt's first")
+assert d2.best(d2.misses[0][0]) is None    # --ctx-checkpoints 64 saved nothing"""),
+    md("""## 3. Checkpoint spacing: `--ctx-checkpoints 2` with `--checkpoint-min-step 24`
+A long conversation with only two checkpoints: the oldest are erased (FIFO) as new ones come, so a
+branch back to an early turn finds none at or before it. The explanation names the erasures by the
+cap; the counterfactual tries larger caps."""),
+    code("""d3 = diagnose_trace(trace("hybrid_ctx_checkpoints_min_step"), max_misses=3)
+print("\\n".join(d3.lines()))
+capped = [(i, m) for i, m in d3.misses if m.cause == "no_checkpoint"]
+assert capped and "erased by the --ctx-checkpoints cap" in capped[0][1].detail
+assert capped[0][1].suggest[0] == "--ctx-checkpoints 4"
+print({c: n for c, n in d3.lost_by_cause.items()})
+assert d3.lost_by_cause["no_checkpoint"] >= 58"""),
+    md("""## Reading your own server
+The same explanation runs on any trace: `slotlab replay my-trace.json --why` (record the trace with
+`slotlab proxy`, or write it by hand), and on a real server's log the same facts come from
+`slotlab watch --log server.log` (run the server with `-lv 4`). The totals line — tokens lost by
+cause — is the place to start: a large `no_checkpoint` on a hybrid model says the prompt changes
+before any checkpoint; `checkpoint_early` is the price of a recurrent state on every agent turn.
+
+## Try this
+1. Replay `hybrid_branch_back` and `hybrid_slot_files` from `TINY` with `diagnose_trace`.
+2. Add `--slot-appendices` to the slot-file trace: slotlab's checkpoint appendix saves what the stock
+   file loses."""),
+]

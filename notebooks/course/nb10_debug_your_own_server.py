@@ -1,0 +1,121 @@
+"""Notebook 10-debug-your-own-server: its cells (markdown and code), written by `notebooks/build_notebooks.py 10-debug-your-own-server`."""
+
+from course.cells import code, md
+
+NAME = "10-debug-your-own-server"
+
+CELLS = [
+    md("""# 10 · Debug your own server: from llama-server's log to the cause of a miss
+
+Everything earlier in the course ran slotlab's engine. This chapter reads **the real llama-server's
+own log** — the lines it prints at `-lv 4` — and explains each miss from those lines alone, with the
+same explanations (`slotlab.explain`) the engine's events get. The logs here were recorded from the
+real `llama-server` of the pinned llama.cpp (tests/golden/traces/*.llama-server.log, recorded by
+tests/golden/record_traces.py); yours come from
+
+    llama-server -m MODEL.gguf -lv 4 --log-file server.log   # plus your usual flags
+    slotlab watch --log server.log --why
+
+A *miss* is a request that reused fewer tokens than the server held for it (in a slot or in a RAM
+cache entry). A log names no tokens, so what it can explain is what its numbers say."""),
+    md("""## The lines that matter
+
+| the server prints (`-lv 4`) | what it means | cause | the flag that changes it |
+|---|---|---|---|
+| `selected slot by LRU` after `lcp = L, ... f_sim ≤ thold` for another slot | a slot held `L` tokens but its similarity was not above `-sps` | `threshold` | a lower `-sps` |
+| `- looking for better prompt` / `- prompt with length N, lcp = L, f_keep, f_sim` | the RAM cache was searched; each entry's two ratios | `floor` (f_keep < 0.25) or `two_axis` (did not beat the best on both ratios) | shorter cached prompts; a different FIFO order (`--cache-ram`) |
+| `forcing full prompt re-processing due to lack of cache data` | SWA / recurrent memory cannot be cut back and no checkpoint was at or before the cut | `no_checkpoint` | `--swa-full`, `--ctx-checkpoints`, `--checkpoint-min-step` |
+| `restored context checkpoint (..., n_past = P)` with `P` below the common prefix | a checkpoint saved part of it; the rest is processed again | `checkpoint_early` | `--checkpoint-min-step 0`, message boundaries |
+| `erased invalidated context checkpoint` | checkpoints after the cut are gone | (follows the two above) | — |
+| `- cache state: N prompts, X MiB (limits: ...)` | the RAM cache after an update: what it holds | — | `--cache-ram` |
+| `purging slot` / `failed to find free space in the KV cache` | KV pressure: a slot emptied for room | dropped (the engine sees it; a log shows no tokens) | `-np`, `-c`, `-kvu` |
+
+The rule behind `no_checkpoint` (docs/server-behaviour.md 3.5): with SWA or recurrent memory, once
+the slot's oldest kept position `pos_min` is at or past `max(0, pos_next − n_swa)`, the memory cannot
+be cut back to `pos_next` at all; the server then looks for a checkpoint at or before the cut, and
+without one it starts again from token 0."""),
+    code("""from pathlib import Path
+import collections
+from slotlab.watch.report import read, misses
+
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "tests" / "golden").exists())
+LOGS = ROOT / "tests" / "golden" / "traces"
+
+def explain(name):
+    reader, events = read(LOGS / f"{name}.llama-server.log")
+    found, lost = misses(events)
+    return events, found, lost
+
+def lines_of(events, task, kinds=None):
+    \"\"\"The server's own lines for one request (the reader keeps each line's text on its event).\"\"\"
+    return [e.message.strip() for e in events if e.task == task and e.message and (kinds is None or e.kind in kinds)]"""),
+    md("""## 1. `threshold`: the slot that held the prompt was not similar enough
+`-sps 0.9` asks for 90 % of the prompt in common before a slot is chosen by similarity. Slot 1 held
+127 of the 211 tokens (f_sim 0.60): not enough, so the least recently used slot got the request and
+processed everything."""),
+    code("""events, found, lost = explain("sps_high")
+(i, m), = found
+print("\\n".join(lines_of(events, m.task, {"slot_sim", "slot_selected_by_lru", "prompt_seq_rm"})))
+print("why:", m.line())
+assert m.cause == "threshold" and (m.possible, m.lost) == (127, 127) and m.suggest[0] == "-sps 0.59"
+assert "f_sim 0.60, not above -sps 0.90" in m.detail"""),
+    md("""## 2. `floor` and `two_axis`: the RAM cache held it, the search passed it by
+The search keeps an entry only if its `f_keep` (share of the entry reused) is at least 0.25 and it
+beats the best so far on **both** `f_keep` and `f_sim`. In this log request #2 shares 7 tokens with a
+150-token entry (f_keep 0.05: below the floor), and request #3's best entry (177 tokens in common,
+f_sim 0.90) loses to an earlier one with a higher f_keep but only 111 tokens in common."""),
+    code("""events, found, lost = explain("two_axis_order_ab")
+for i, m in found:
+    print(f"request #{i}:")
+    print("   " + "\\n   ".join(lines_of(events, m.task, {"cache_load_base", "cache_load_score", "cache_load_found"})))
+    print("   why:", m.line())
+causes = [m.cause for _, m in found]
+assert causes == ["floor", "two_axis"]
+assert found[0][1].lost == 7 and found[1][1].lost == 66 and lost == {"two_axis": 66, "floor": 7}"""),
+    md("""## 3. `no_checkpoint` and `checkpoint_early`: SWA memory and context checkpoints
+Gemma 3 has a 512-token sliding window. Without `--swa-full` a slot cannot be cut back once its window
+has moved, and context checkpoints (copies of the SWA state every `--checkpoint-min-step` tokens and
+near each prompt's end) are the only way back. Here the third request diverges at token 209 while every
+checkpoint ends later (562, 1032): the whole prompt is processed again. The next request restores a
+checkpoint that ends 5 tokens short of the divergence: those 5 are processed again."""),
+    code("""events, found, lost = explain("swa_checkpoints_diverge")
+for i, m in found:
+    print(f"request #{i}:")
+    print("   " + "\\n   ".join(ln[:140] for ln in lines_of(events, m.task, {"checkpoint_check", "checkpoint_none",
+                                                                              "checkpoint_restored", "checkpoint_evict"})))
+    print("   why:", m.line())
+(i3, m3), (i4, m4) = found
+assert (i3, m3.cause, m3.lost) == (3, "no_checkpoint", 209) and "checkpoints at n_tokens [562, 1032]" in m3.detail
+assert (i4, m4.cause, m4.lost) == (4, "checkpoint_early", 5)"""),
+    md("""## 4. Every recorded log at once
+The same reading over all 29 recorded logs: the tokens lost by cause. Five causes show in real logs;
+two more (`dropped`, `slot_kept`) need the tokens themselves, which only the engine and the simulator
+see — replay the traffic (`slotlab proxy` records it) with `slotlab replay trace.json --why`."""),
+    code("""total = collections.Counter()
+per_cause = collections.defaultdict(list)
+for log in sorted(LOGS.glob("*.llama-server.log")):
+    name = log.name.removesuffix(".llama-server.log")
+    _, found, lost = explain(name)
+    total.update(lost)
+    for i, m in found:
+        per_cause[m.cause].append(name)
+for cause, n in total.most_common():
+    print(f"{cause:18} {n:6} tokens lost  in {len(set(per_cause[cause]))} logs, e.g. {per_cause[cause][0]}")
+assert len(total) >= 4 and set(total) == {"no_checkpoint", "threshold", "checkpoint_early", "floor", "two_axis"}
+assert total.most_common(1)[0][0] == "no_checkpoint\""""),
+    md("""## Your own server, step by step
+1. Run it with `-lv 4 --log-file server.log` (`-lv 3` hides the similarity, cache and checkpoint
+   lines; the reader then says what it cannot see).
+2. `slotlab watch --log server.log --why`: per request the slot, cached and prefilled tokens, then each
+   miss with its cause and a flag to try, and the tokens lost by cause. `--json` gives the same as data.
+3. Live: `slotlab watch -- llama-server ARGS... -lv 4` starts the server and prints each decision as it
+   happens; `--twin` runs slotlab beside it and reports the first decision that differs.
+4. To try a flag on your traffic, record it (`slotlab proxy --upstream URL --record trace.json`) and
+   replay it: `slotlab replay trace.json --why` tries the suggested flags; `slotlab simulate` and
+   `slotlab whatif` (notebook 08) answer the same question at production scale without a model.
+
+## Try this
+1. Read `defaults_single_slot_checkpoints`: which flag does the explanation suggest, and why does it
+   not help the second miss?
+2. Strip the TRC / DBG lines from a log (what `-lv 3` prints) and read it again: which causes remain?"""),
+]
