@@ -14,10 +14,11 @@ for my traffic and my model?* Answering that on the real server takes hours of G
 
 The traffic: the first 500 requests of the Mooncake **conversation** trace (Kimi's FAST'25 release,
 Apache-2.0; the slice and its license are in `tests/sim/data/`): multi-turn chats whose prompts grow
-turn by turn, 1k–120k tokens each. The model: **Llama 3.1 8B**, from its published hyperparameters
-(`slotlab/sim/profiles/llama-3.1-8b.json`; `--profile model.gguf` reads any GGUF's header instead).
-Every sweep goes through `slotlab.sim.whatif`, the same runs as
-`slotlab whatif TRACE --profile llama-3.1-8b --vary "--cache-ram 0,8192,..."` on the command line."""),
+turn by turn, from under a thousand to 121,298 tokens. The model: **Llama 3.1 8B**, from its published
+hyperparameters (`slotlab/sim/profiles/llama-3.1-8b.json`; `--profile model.gguf` reads any GGUF's
+header instead). Every sweep goes through `slotlab.sim.whatif`, the same runs as
+`slotlab whatif TRACE --profile llama-3.1-8b --vary "--cache-ram 0,8192,..."` on the command line, and
+every picture is drawn by `slotlab.figures.whatif` from those runs' results."""),
     code("""from pathlib import Path
 from slotlab.memory.profile import ModelProfile
 
@@ -28,11 +29,15 @@ n_kv_heads, head_dim = prof.n_head_kv[0], prof.n_embd_head_k
 kv = prof.n_layer * n_kv_heads * head_dim * 2 * 2      # layers x KV heads x head dim x (K and V) x 2 bytes (f16)
 print(f"{prof.name}: {prof.n_layer} layers x {n_kv_heads} KV heads x {head_dim} dims x 2 (K, V) x 2 bytes")
 print(f"  = {kv:,} bytes = {kv // 1024} KiB of KV cache per token")
-assert kv == prof.bytes_per_token() == 128 * 1024       # what the paper memory sizes every state blob with
-for mib in (8192, 32768, 131072, 262144):
-    print(f"  --cache-ram {mib:>6} holds {mib * 2**20 // kv:>9,} tokens")"""),
-    md("""128 KiB a token: a 14k-token conversation is 1.75 GiB of state, so the default `--cache-ram 8192`
-keeps about four of them. The trace's arrivals are a whole cluster's traffic, so we stretch them 16×
+holds = {mib: mib * 2**20 // kv for mib in (8192, 32768, 131072, 262144)}
+for mib, n in holds.items():
+    print(f"  --cache-ram {mib:>6} ({mib // 1024:>3} GiB) holds {n:>9,} tokens")
+assert prof.name.startswith("Llama 3.1 8B") and (prof.n_layer, n_kv_heads, head_dim) == (32, 8, 128)
+assert kv == prof.bytes_per_token() == 131_072 == 128 * 1024   # what the paper memory sizes every state blob with
+assert holds == {8192: 65_536, 32768: 262_144, 131072: 1_048_576, 262144: 2_097_152}
+assert [mib // 1024 for mib in holds] == [8, 32, 128, 256]"""),
+    md("""128 KiB a token: the default `--cache-ram 8192` (8 GiB) holds 65,536 tokens of state, 32 GiB hold
+262,144. The trace's arrivals are a whole cluster's traffic, so we stretch them 16×
 (`time_scale`) to give one server a share it can keep up with, at an assumed 8000 prompt tokens/s and
 60 tokens/s of generation (put your GPU's figures here, or `slotlab calibrate`'s). The
 **infinite-cache bound** is what a cache that kept every prefix ever seen could reuse (the trace's
@@ -46,14 +51,24 @@ SPEED = SpeedModel.from_rates(8000, 60)
 trace = load_mooncake(TRACE, time_scale=TIME_SCALE)
 lens = sorted(r.n_prompt for r in trace.requests)
 bound, total = infinite_cache_bound(trace)
+mean = total // len(lens)
 print(f"{len(lens)} requests over {trace.requests[-1].arrival:.0f} simulated seconds; {total:,} prompt tokens "
-      f"(median {lens[len(lens) // 2]:,}, max {lens[-1]:,}), {sum(r.n_predict for r in trace.requests):,} to generate")
+      f"(min {lens[0]:,}, median {lens[len(lens) // 2]:,}, mean {mean:,}, max {lens[-1]:,}), "
+      f"{sum(r.n_predict for r in trace.requests):,} to generate")
+print(f"a mean prompt is {mean * kv / 2**30:.2f} GiB of KV state: --cache-ram 8192 holds {8192 * 2**20 // (mean * kv)} of them")
 print(f"infinite-cache bound: {bound:,} tokens reusable = {100 * bound / total:.1f} % of the prompt tokens")
-assert total == sum(lens) and 0 < bound < total"""),
-    md("""## Sweep 1: `--cache-ram`
+assert total == sum(lens) == 7_124_855 and len(lens) == 500 and round(trace.requests[-1].arrival) == 2640
+assert (lens[0], lens[len(lens) // 2], mean, lens[-1]) == (892, 8_974, 14_249, 121_298)
+assert sum(r.n_predict for r in trace.requests) == 180_942
+assert round(mean * kv / 2**30, 2) == 1.74 and 8192 * 2**20 // (mean * kv) == 4
+assert bound == 1_167_589 and round(100 * bound / total, 1) == 16.4 and 0 < bound < total"""),
+    md("""The mean prompt, 14,249 tokens, is 1.74 GiB of state, so the default `--cache-ram 8192` keeps four
+of them; no setting can reuse more than 16.4 % of this trace's prompt tokens.
+
+## Sweep 1: `--cache-ram`
 
 The GPU holds the slots' KV: `-c 262144 -kvu` is one unified pool of 262,144 tokens (32 GiB) shared by
-the 4 slots, so a 120k-token conversation fits. The RAM cache sits behind it in host memory."""),
+the 4 slots, so a 121,298-token conversation fits. The RAM cache sits behind it in host memory."""),
     code("""from slotlab.sim.whatif import run_grid
 
 BASE = ["-c", "262144", "-kvu", "-np", "4"]
@@ -67,86 +82,130 @@ def show(runs, tag="", labels=None):
               f"{r.tokens_prefilled:>9,}, peak RAM cache {r.peak_cache_bytes / 2**30:5.1f} GiB, TTFT p50 "
               f"{r.ttft_p50:6.2f} s p99 {r.ttft_p99:6.2f} s, errors {r.n_errors}")
 
+pct = lambda r: round(100 * r.reuse, 2)
 ram = sweep(BASE, "--cache-ram", ["0", "8192", "32768", "131072", "262144", "-1"])
 show(ram)
+# not asserted: the whole table; the figures the prose cites are asserted below
 by_ram = {r.setting["--cache-ram"]: r for r in ram}
 assert all(r.error is None and r.n_errors == 0 and r.tokens_reused <= r.bound_tokens for r in ram)  # never above the bound
 sizes = ["8192", "32768", "131072", "262144"]
 assert all(by_ram[a].tokens_reused <= by_ram[b].tokens_reused for a, b in zip(sizes, sizes[1:]))  # more RAM, more reuse
 assert by_ram["8192"].tokens_reused < by_ram["32768"].tokens_reused < by_ram["0"].tokens_reused  # ... but a small cache loses
-assert by_ram["-1"].tokens_prefilled == by_ram["32768"].tokens_prefilled   # -1 is not unlimited here"""),
+assert [pct(by_ram[s]) for s in ("0", "8192", "32768", "131072", "262144")] == [3.56, 2.87, 3.03, 3.69, 6.42]
+assert round(100 * by_ram["262144"].of_bound, 1) == 39.2
+assert by_ram["-1"].tokens_prefilled == by_ram["32768"].tokens_prefilled   # -1 is not unlimited here
+assert round(by_ram["-1"].peak_cache_bytes / 2**30, 1) == 44.8"""),
     md("""Three things to read here.
 
-* **More RAM never lowers reuse** once the cache is on: 8 → 32 → 128 → 256 GiB reuse more and more,
-  and 256 GiB gets the most. Still well under the bound: the cache evicts its oldest entries first,
-  an entry comes back only when the new prompt keeps at least a quarter of it (`f_keep` ≥ 0.25: an
-  opening 512-token block shared with another conversation is below that floor), and the bound also
-  counts prefixes that no slot or entry holds any more.
-* **Turning a small cache on lowers reuse** below no cache at all. With a RAM cache and a unified pool
-  llama-server saves every idle slot to the cache *and clears it* when a new task starts
-  (`--cache-idle-slots`, on by default; docs/server-behaviour.md 1.6). A conversation between turns
-  then lives only in the cache, and a cache that holds four of them evicts it (`make_room`) before its
-  next turn, where without a cache it would still sit in its slot. The next cell proves it: the same
-  8 GiB cache with `--no-cache-idle-slots` makes exactly the no-cache decisions.
+* **More RAM never lowers reuse** once the cache is on: 8 → 32 → 128 → 256 GiB reuse 2.87, 3.03, 3.69
+  and 6.42 % of the prompt tokens. Still well under the bound (256 GiB gets 39.2 % of it): the cache
+  evicts its oldest entries first, an entry comes back only when the new prompt keeps at least a
+  quarter of it (`f_keep` ≥ 0.25: an opening 512-token block shared with another conversation is
+  below that floor), and the bound also counts prefixes that no slot or entry holds any more.
+* **Turning a small cache on lowers reuse** below no cache at all (2.87 % with 8 GiB, 3.56 % without a
+  cache). With a RAM cache and a unified pool llama-server saves every idle slot to the cache *and
+  clears it* when a new task starts (`--cache-idle-slots`, on by default; docs/server-behaviour.md
+  1.6). A conversation between turns then lives only in the cache, and a cache that holds four of
+  them evicts it (`make_room`) before its next turn, where without a cache it would still sit in its
+  slot. The next cell proves it: the same 8 GiB cache with `--no-cache-idle-slots` makes exactly the
+  no-cache decisions.
 * **`--cache-ram -1`** means no *byte* limit, not an infinite cache: the server still caps the cache
-  at the context's token count (`-c`, 262,144 tokens = 32 GiB here: the `token_limit` evictions), so
-  it behaves exactly as 32 GiB."""),
-    code("""idle = sweep(BASE + ["--no-cache-idle-slots"], "--cache-ram", sizes)
+  at the context's token count (`-c`, 262,144 tokens = 32 GiB of state; the cache's peak, 44.8 GiB,
+  includes the entry that tips it over before the `token_limit` evictions), so it makes exactly the
+  decisions of 32 GiB."""),
+    code("""from slotlab.figures import png
+from slotlab.figures.whatif import sweep as sweep_figure
+
+idle = sweep(BASE + ["--no-cache-idle-slots"], "--cache-ram", sizes)
 show(idle, "--no-cache-idle-slots ")
 print("--cache-ram -1 evictions:", by_ram["-1"].extra["evictions"])
+# not asserted: the whole table; the figures the prose cites are asserted below
 by_idle = {r.setting["--cache-ram"]: r for r in idle}
 assert by_idle["8192"].tokens_prefilled == by_ram["0"].tokens_prefilled    # the loss above is the idle-slot saves
 assert all(by_idle[s].tokens_reused >= max(by_ram["0"].tokens_reused, by_ram[s].tokens_reused) for s in sizes)
 assert all(by_idle[a].tokens_reused <= by_idle[b].tokens_reused for a, b in zip(sizes, sizes[1:]))
-assert "token_limit" in by_ram["-1"].extra["evictions"]"""),
-    code("""import json
-import plotly.graph_objects as go
-from IPython.display import display
+assert [r.setting["--cache-ram"] for r in idle] == ["8192", "32768", "131072", "262144"]
+assert [pct(by_idle[s]) for s in sizes] == [3.56, 3.56, 4.10, 6.91] and pct(by_ram["0"]) == 3.56
+assert round(100 * by_idle["131072"].of_bound, 1) == 25.0
+assert by_ram["-1"].extra["evictions"] == {"token_limit": 399, "loaded": 72}
+png.image(sweep_figure({"idle slots cached (default)": [by_ram[s] for s in sizes],
+                        "--no-cache-idle-slots": [by_idle[s] for s in sizes]}, "--cache-ram",
+                       refs={"--cache-ram 0": by_ram["0"]}, xlabel="--cache-ram (MiB)",
+                       title="prompt tokens reused vs --cache-ram (Llama 3.1 8B, -np 4 -kvu -c 262144)"))"""),
+    md("""Without idle-slot saves the cache only adds: at 8 and 32 GiB it changes nothing (3.56 %, the
+no-cache figure), at 128 GiB it reuses 4.10 % and at 256 GiB 6.91 %, above the default's curve at
+every size. The dotted line is no cache at all; the dashed one the bound.
 
-def show_fig(fig, head, rows):
-    \"\"\"The plotly figure, with the same numbers as an HTML table for viewers that run no JavaScript.\"\"\"
-    html = "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(
-        "<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</table>"
-    display({"application/vnd.plotly.v1+json": json.loads(fig.to_json()), "text/html": html,
-             "text/plain": f"<figure: {fig.layout.title.text}>"}, raw=True)
+## The RAM cache over time
 
-pct = lambda r: round(100 * r.reuse, 2)
-fig = go.Figure([go.Scatter(x=sizes, y=[pct(by_ram[s]) for s in sizes], mode="lines+markers", name="idle slots cached (default)"),
-                 go.Scatter(x=sizes, y=[pct(by_idle[s]) for s in sizes], mode="lines+markers", name="--no-cache-idle-slots"),
-                 go.Scatter(x=sizes, y=[pct(by_ram["0"])] * len(sizes), mode="lines", name="--cache-ram 0",
-                            line=dict(dash="dot", color="black")),
-                 go.Scatter(x=sizes, y=[round(100 * bound / total, 2)] * len(sizes), mode="lines",
-                            name="infinite-cache bound", line=dict(dash="dash", color="gray"))])
-fig.update_layout(title="prompt tokens reused (%) vs --cache-ram (MiB), Llama 3.1 8B, -np 4 -kvu -c 262144",
-                  xaxis_type="category", yaxis_title="% of prompt tokens", height=380)
-show_fig(fig, ["--cache-ram", "reused (default)", "reused (--no-cache-idle-slots)", "no cache", "bound"],
-         [(s, pct(by_ram[s]), pct(by_idle[s]), pct(by_ram["0"]), round(100 * bound / total, 2)) for s in sizes])"""),
-    md("""## Sweep 2: `-np`
+Why does an 8 GiB cache change nothing? Follow the bytes it holds: `cache_timeline` runs one setting
+with a listener on the server's `cache_alloc` / `cache_evict` events (each stamped with the simulated
+time of the task launch it belongs to) and adds up the entries' sizes."""),
+    code("""from collections import Counter
+from slotlab.figures.whatif import cache_over_time
+from slotlab.sim.whatif import cache_timeline
+
+def timeline(extra):
+    return cache_timeline(TRACE, BASE + extra, speed=SPEED, profile=str(PROFILE), time_scale=TIME_SCALE,
+                          label=" ".join(extra))
+
+tls = [timeline(["--cache-ram", "8192"]), timeline(["--cache-ram", "8192", "--no-cache-idle-slots"]),
+       timeline(["--no-cache-idle-slots", "--cache-ram", "131072"])]
+full = [next(t for t, reason, *_ in tl.evictions if reason == "make_room") for tl in tls]
+entry_gib = [(round(min(s for *_, s in tl.saves) / 2**30, 1), round(max(s for *_, s in tl.saves) / 2**30, 1)) for tl in tls]
+for tl, t_full, (lo, hi) in zip(tls, full, entry_gib):
+    print(f"{tl.label}: {len(tl.saves)} saves of {lo:.1f} to {hi:.1f} GiB; evictions "
+          f"{dict(Counter(e[1] for e in tl.evictions))}; full (first make_room) after {t_full:.0f} s; "
+          f"peak {tl.peak / 2**30:.1f} GiB")
+runs = [by_ram["8192"], by_idle["8192"], by_idle["131072"]]
+assert all(tl.peak == r.peak_cache_bytes and tl.totals["tokens_reused"] == r.tokens_reused for tl, r in zip(tls, runs))
+assert [len(tl.saves) for tl in tls] == [471, 471, 491] and [round(t) for t in full] == [48, 48, 457]
+assert [dict(Counter(e[1] for e in tl.evictions)) for tl in tls] == [
+    {"make_room": 415, "loaded": 49}, {"make_room": 465}, {"make_room": 412, "loaded": 4}]
+assert [tl.limit_bytes // 2**20 for tl in tls] == [8192, 8192, 131072]
+assert [round(tl.peak / 2**30, 1) for tl in tls] == [8.0, 8.0, 128.0]
+assert entry_gib == [(0.1, 6.8), (0.1, 6.8), (0.1, 14.9)]
+png.image(cache_over_time(tls, title="bytes held by the RAM cache, Llama 3.1 8B, -np 4 -kvu -c 262144"))"""),
+    md("""8 GiB is full after 48 simulated seconds, and from then on every save pushes the oldest entries out
+(`make_room`): a saved conversation is 0.1 to 6.8 GiB (one over 8 GiB is not cached at all: alone it
+exceeds the limit), so the cache never holds more than a few. With idle-slot saves, 49 entries
+come back into a slot (`loaded`, a hit), but those saves also cleared the slots that would have kept
+their conversations, and reuse drops. With `--no-cache-idle-slots` not one entry comes back: all 465
+evictions are `make_room`, so every reused token comes from a slot that still held its conversation,
+as with no cache. 128 GiB (entries up to 14.9 GiB) fills in 457 seconds, and even then only 4 of its
+491 saved entries are ever loaded back into a slot.
+
+## Sweep 2: `-np`
 
 Slots trade queueing against memory: all slots share the 262,144-token pool."""),
     code("""slots = sweep(BASE[:-2] + ["--cache-ram", "131072", "--no-cache-idle-slots"], "-np", ["1", "2", "8"])
 slots.insert(2, by_idle["131072"])
 nps = [r.flags[r.flags.index("-np") + 1] for r in slots]
 show(slots, labels=[f"--cache-ram 131072 --no-cache-idle-slots -np {n}" for n in nps])
+print("-np 8, the failed requests:", slots[3].extra["errors"])
+# not asserted: the whole table; the figures the prose cites are asserted below
 assert nps == ["1", "2", "4", "8"]
 assert all(a.ttft_p50 > b.ttft_p50 for a, b in zip(slots, slots[1:]))   # more slots, less queueing
-assert slots[3].n_errors > 0 == slots[0].n_errors + slots[1].n_errors + slots[2].n_errors
-fig = go.Figure([go.Bar(x=nps, y=[r.ttft_p50 for r in slots], name="TTFT p50 (s)"),
-                 go.Scatter(x=nps, y=[r.ttft_p99 for r in slots], mode="markers", name="TTFT p99 (s)",
-                            marker=dict(symbol="diamond", color="black"))])
-fig.update_layout(title="time to first token vs -np (--cache-ram 131072 --no-cache-idle-slots)", xaxis_type="category",
-                  yaxis_type="log", yaxis_title="seconds", height=360)
-show_fig(fig, ["-np", "TTFT p50 (s)", "TTFT p99 (s)", "reused", "errors"],
-         [(n, round(r.ttft_p50, 2), round(r.ttft_p99, 2), f"{pct(r)} %", r.n_errors) for n, r in zip(nps, slots)])"""),
-    md("""One slot queues everyone behind a 120k-token prefill (TTFT in minutes); each doubling cuts the
-wait. Eight slots answer fastest but **fail requests**: eight conversations of tens of thousands of
-tokens no longer fit the shared 262,144-token pool, and the server answers "Context size has been
-exceeded" for some. Eight slots would need a bigger `-c` (more GPU memory: 128 KiB a token)."""),
+assert round(slots[0].ttft_p50) == 553 and slots[0].ttft_p50 > 9 * 60   # one slot: minutes
+assert slots[3].n_errors == 16 > 0 == slots[0].n_errors + slots[1].n_errors + slots[2].n_errors
+assert slots[3].extra["errors"] == {"500 Context size has been exceeded.": 16}
+assert pct(slots[2]) == 4.10 and round(100 * slots[2].of_bound, 1) == 25.0   # -np 4: the sweep 1 run
+png.image(sweep_figure({"--cache-ram 131072 --no-cache-idle-slots": slots}, "-np", metric="ttft",
+                       title="time to first token vs -np (Llama 3.1 8B, -kvu -c 262144)"))"""),
+    md("""One slot queues everyone behind a 121,298-token prefill: the median request waits 553 s, over nine
+minutes, for its first token; each doubling cuts the wait. Eight slots answer fastest but **fail
+requests**: eight conversations of tens of thousands of tokens no longer fit the shared
+262,144-token pool, and the server answers 16 of them with a 500 "Context size has been exceeded." (its
+reuse and prefill figures then count only the requests that were served). Eight slots would need a
+bigger `-c` (more GPU memory: 128 KiB a token)."""),
     md("""## Sweep 3: `--ctx-checkpoints`"""),
     code("""ckpt = sweep(BASE + ["--cache-ram", "8192"], "--ctx-checkpoints", ["0", "32"])
 show(ckpt)
+# not asserted: the whole table; it repeats the --cache-ram 8192 line, as asserted
+assert [r.setting["--ctx-checkpoints"] for r in ckpt] == ["0", "32"]
 assert all(r.tokens_prefilled == by_ram["8192"].tokens_prefilled and r.ttft_p50 == by_ram["8192"].ttft_p50
-           for r in ckpt)   # 0, the default 8 and 32: the same decisions"""),
+           for r in ckpt)   # 0, the default 8 and 32: the same decisions
+assert all(pct(r) == 2.87 for r in ckpt)"""),
     md("""No difference at all, and that is the answer for this model: Llama 3.1 is full attention, so the
 server can cut a slot back to any position and never needs a context checkpoint (it makes them only
 for sliding-window, hybrid and recurrent models, where a cut-back needs one: notebooks 06 and 09).
@@ -154,26 +213,34 @@ For Gemma 3 or Qwen3.5, sweep it."""),
     md("""## The setting to run
 
 Among the settings above that served every request and kept the RAM cache within 128 GiB of host
-memory, the one with the lowest median time to first token:"""),
-    code("""from slotlab.sim.whatif import best
+memory, the one with the lowest median time to first token, and every setting of the three sweeps
+side by side (the best in red; the hatched row failed requests):"""),
+    code("""from slotlab.figures.whatif import overview
+from slotlab.sim.whatif import best
 
 BUDGET_MIB = 131072
 pick = best([r for r in ram + idle + slots if r.n_errors == 0], BUDGET_MIB, "ttft_p50")
 print("llama-server", " ".join(pick.flags))
-show([pick])
-assert pick.flags == BASE + ["--no-cache-idle-slots", "--cache-ram", "131072"]
+show([pick], labels=[" ".join(pick.flags[len(BASE):])])
+assert " ".join(pick.flags) == "-c 262144 -kvu -np 4 --no-cache-idle-slots --cache-ram 131072"
 assert pick.peak_cache_bytes <= BUDGET_MIB * 2**20 and pick.n_errors == 0
 assert pick.tokens_reused > by_ram["131072"].tokens_reused > by_ram["0"].tokens_reused
-assert pick.ttft_p50 < min(r.ttft_p50 for r in ram if r.peak_cache_bytes <= BUDGET_MIB * 2**20)"""),
+assert pick.ttft_p50 < min(r.ttft_p50 for r in ram if r.peak_cache_bytes <= BUDGET_MIB * 2**20)
+assert pct(pick) == 4.10 and round(100 * pick.of_bound, 1) == 25.0 and round(pick.peak_cache_bytes / 2**30, 1) == 128.0
+assert f"{pick.tokens_prefilled:,}" == "6,832,560" and pick.tokens_prefilled == 6_832_560
+every = ram + idle + [r for r in slots if r is not pick]   # -np 4 is the pick: drawn once
+png.image(overview(every, pick=pick, budget_mib=BUDGET_MIB,
+                   title="slotlab whatif: Mooncake conversation (500 requests), Llama 3.1 8B, -c 262144 -kvu"))"""),
     md("""`-np 4 -kvu -c 262144 --cache-ram 131072 --no-cache-idle-slots`: idle conversations stay in their
-slots, and 128 GiB of RAM keeps the ones the slots had to give up. Even so this trace's first 500
-requests leave most of the bound on the table: their conversations come back minutes later with
-prompts that outgrow what 4 slots and 128 GiB hold; the whole day's trace (12,031 requests, in
+slots, and 128 GiB of RAM keeps the ones the slots had to give up. Even so it reuses 4.10 % of the
+prompt tokens, 25.0 % of the bound: this trace's first 500 requests come back minutes later with
+prompts that outgrow what 4 slots and 128 GiB hold. The whole day's trace (12,031 requests, in
 `../shared/data/mooncake/` beside a checkout) answers better for a production server.
 
 ## Try this
-1. Your traffic: `slotlab whatif my-sessions.jsonl --vary "--cache-ram 0,8192,65536"` reads an
-   OpenAI-messages session log (one line a call: `session_id`, `messages`, `output_length`, `gap`).
+1. Your traffic: `slotlab whatif my-sessions.jsonl --vary "--cache-ram 0,8192,65536" --png grid.png`
+   reads an OpenAI-messages session log (one line a call: `session_id`, `messages`, `output_length`,
+   `gap`) and draws this notebook's last picture (`--html` the same as an interactive plotly page).
 2. Eight slots without the errors: `--vary "-c 262144,524288"` with `-np 8` (and check the GPU has
    the 64 GiB of KV that 524,288 tokens take).
 3. A model with a sliding window (`--profile gemma-3.gguf`): now `--ctx-checkpoints` matters."""),

@@ -5,7 +5,8 @@ paper memory: no model), in parallel (a `multiprocessing.Pool` of min(cores, run
 and compared in one table: prompt tokens reused and how much of the infinite-cache bound that is
 (Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
 names the best setting whose RAM cache stayed within N MiB (best = lowest `--objective`, default TTFT
-p50); `--html F` writes a plotly figure of the grid.
+p50); `--html F` writes a plotly figure of the grid, `--png F` the same data as a static picture
+(slotlab.figures.whatif). `cache_timeline` follows one setting's RAM cache over simulated time.
 
 Other arguments are llama-server flags shared by every run (default: the trace's); a varied flag
 replaces the same flag there. The model is `--profile` (a JSON profile, a shipped name such as
@@ -17,6 +18,7 @@ entry point a `slotlab whatif` subcommand calls."""
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import os
@@ -25,7 +27,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "write_html", "main"]
+__all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "write_html", "write_png", "CacheTimeline",
+           "cache_timeline", "main"]
 
 OBJECTIVES = {"ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "prefill": "tokens prefilled"}
 
@@ -131,6 +134,8 @@ def _run_one(job: dict) -> dict:
         run.ttft_p50, run.ttft_p99, run.queue_wait_p50 = t["ttft_p50"], t["ttft_p99"], t["queue_wait_p50"]
         run.sim_seconds = t["sim_seconds"]
         run.extra = {"evictions": t["evictions"]}
+        run.extra["errors"] = dict(collections.Counter(f"{d['status']} {d['error']}" for d in res.results
+                                                       if d["status"] != 200))  # what the failed requests got
         res.engine = None
     except (Exception, SystemExit) as ex:  # noqa: BLE001 - one bad setting must not stop the grid
         run.error = f"{type(ex).__name__}: {ex}"
@@ -225,6 +230,85 @@ def write_html(runs: list[WhatIfRun], path, *, pick: WhatIfRun | None = None, bu
     fig.write_html(str(path), include_plotlyjs="cdn")
 
 
+def write_png(runs: list[WhatIfRun], path, *, pick: WhatIfRun | None = None, budget_mib: float | None = None,
+              title: str = "slotlab whatif") -> None:
+    """The grid as a static PNG (slotlab.figures.whatif.overview): the data `write_html` shows."""
+    from slotlab.figures import png
+    from slotlab.figures.whatif import overview
+
+    Path(path).write_bytes(png.to_png(overview(runs, pick=pick, budget_mib=budget_mib, title=title)))
+
+
+@dataclass
+class CacheTimeline:
+    """The bytes one setting's RAM cache held over simulated time (`cache_timeline`)."""
+    label: str
+    flags: list
+    limit_bytes: int | None  # --cache-ram in bytes; None: no byte limit (-1) or no cache (0)
+    t: list  # simulated seconds of each cache_alloc / cache_evict, in event order
+    held: list  # bytes the cache held just after it
+    saves: list  # (t, n_tokens, bytes) of each cache_alloc
+    evictions: list  # (t, reason, n_tokens, bytes) of each cache_evict
+    totals: dict  # simulate()'s totals for the run
+
+    @property
+    def peak(self) -> int:
+        return max(self.held, default=0)
+
+    def evicted(self, reason: str | None = None) -> int:
+        return sum(1 for e in self.evictions if reason is None or e[1] == reason)
+
+
+def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None, limit: int | None = None,
+                   time_scale: float = 1.0, label: str | None = None) -> CacheTimeline:
+    """Simulate `trace` under `flags` (as one whatif run) and follow the RAM cache: the bytes it holds
+    after each `cache_alloc` (+ its size) and `cache_evict` (- the size it was cached with; its reason).
+
+    The events carry wall-clock times, not simulated ones, so each cache event gets the simulated time of
+    the task launch it belongs to: the server saves idle slots, makes room and loads entries while it
+    selects a slot for a new task, before `task_launched`, all in one step (one clock value). The n-th
+    `task_launched` is the n-th launch in simulated time (the clock never goes back; a request's launch is
+    its arrival + queue wait), so a cache event gets the time of the next launch (the last one for any
+    event after it)."""
+    from slotlab.engine import event_types as T
+    from slotlab.sim.cli import model_flag, resolve_profile
+    from slotlab.sim.simulate import simulate
+    from slotlab.sim.traces import load_sim_trace
+
+    tr = load_sim_trace(trace, limit=limit, time_scale=time_scale, model=model_flag(flags))
+    seen: list[tuple] = []  # (launches before it, kind, data) of the cache events
+    launches = [0]
+
+    def listen(ev) -> None:
+        if ev.kind == T.TASK_LAUNCHED:
+            launches[0] += 1
+        elif ev.kind in (T.CACHE_ALLOC, T.CACHE_EVICT):
+            seen.append((launches[0], ev.kind, ev.data))
+
+    res = simulate(tr, list(flags), speed=speed, profile=resolve_profile(profile), listen=listen)
+    at = sorted(r["arrival"] + r["queue_wait"] for r in res.results if r["queue_wait"] is not None)
+    if len(at) != launches[0]:
+        raise RuntimeError(f"{launches[0]} task launches for {len(at)} launched requests: cannot time the cache")
+    cache_ram = res.engine.params.cache_ram
+    limit_bytes = cache_ram * 2**20 if cache_ram > 0 else None
+    res.engine = None
+    held, ts, hs, saves, evictions = 0, [], [], [], []
+    size_of: dict[int, int] = {}  # entry id -> its bytes when cached (a loaded entry's are freed before its event)
+    for k, kind, d in seen:
+        t = round(at[min(k, len(at) - 1)], 6) if at else 0.0
+        if kind == T.CACHE_ALLOC:
+            size_of[d["entry_id"]] = d["size"]
+            held += d["size"]
+            saves.append((t, d["n_tokens"], d["size"]))
+        else:
+            size = size_of.pop(d["entry_id"], d["size"])
+            held -= size
+            evictions.append((t, d.get("reason", "?"), d["n_tokens"], size))
+        ts.append(t)
+        hs.append(held)
+    return CacheTimeline(label or " ".join(flags), list(flags), limit_bytes, ts, hs, saves, evictions, res.totals)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="slotlab whatif", description="Simulate a trace under a grid of llama-server "
@@ -241,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="ttft_p50",
                     help="what 'best' minimizes (default ttft_p50)")
     ap.add_argument("--html", help="write a plotly figure of the grid here")
+    ap.add_argument("--png", help="write the grid as a static picture (PNG) here")
     ap.add_argument("--json", action="store_true", help="print the runs as JSON")
     ap.add_argument("--profile", default=None, help="model profile: JSON, shipped name (llama-3.1-8b) or GGUF "
                                                     "(default: the header of -m, or the embedded model)")
@@ -289,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.html:
         write_html(runs, args.html, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
         print(f"wrote {args.html}", file=sys.stderr)
+    if args.png:
+        write_png(runs, args.png, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
+        print(f"wrote {args.png}", file=sys.stderr)
     return 0
 
 
