@@ -9,10 +9,14 @@ CELLS = [
 
 `POST /slots/{id}?action=save|restore|erase` writes a slot's KV state to a file and reads it back.
 The file is `llama_state_seq_save_file`'s body: a header, the slot's tokens (packed as
-`server_tokens` state), then the sequence state. That is all the stock server writes: **no context
-checkpoints travel with the file.** On a memory that cannot be cut back (Gemma 3's sliding window, a
-hybrid or recurrent model) the next request after a restore then re-processes everything, because
-any cut-back needs a checkpoint (section "Stock file vs appendix" below).
+`server_tokens` state), then the sequence state. That is all the stock server writes (spec 5.3):
+**no context checkpoints travel with the file.**
+
+> **The lesson of this notebook.** On a memory that cannot be cut back (Gemma 3's sliding window, a
+> hybrid or recurrent model), a restored stock slot file gives the next request **`cache_n` 0**: the
+> tokens are back, but any cut-back, even of the two last tokens, needs a checkpoint, and the file
+> brought none. With slotlab's checkpoint appendix the same follow-up reuses **190** tokens. The
+> section "Stock file vs appendix" below shows both, the server's lines for each and the two files.
 
 **slotlab extension, opt-in (`--slot-appendices`):** slotlab can append an `SCKP` checkpoint appendix
 (and an `SDFT` draft appendix) after the body; a stock llama-server of the same build restores the
@@ -21,70 +25,164 @@ body and ignores them. By default slotlab writes and reads files exactly as the 
 from pathlib import Path
 from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary, action, hexdump
+from slotlab.figures import slot_file
 
 d = Path(tempfile.mkdtemp())
 eng = Engine(f"-np 2 -c 4096 --slot-save-path {d} --slot-appendices")   # default flags + the opt-in appendix
 prompt = " ".join(f"Entry {i} of the lighthouse log: fog at dawn, clear by noon." for i in range(12))
-print(summary(ask(eng, prompt, 3, id_slot=0)))
+r0 = ask(eng, prompt, 3, id_slot=0); print(summary(r0))
 status, reply = action(eng, "save", 0, "log.bin"); print(status, reply)
-assert status == 200 and reply["n_saved"] == len(eng.slots[0].tokens)"""),
+assert (r0["timings"]["cache_n"], r0["timings"]["prompt_n"], r0["tokens_evaluated"], r0["tokens_cached"]) == \\
+    (0, 195, 195, 197)
+assert status == 200 and reply["n_saved"] == len(eng.slots[0].tokens) == 197 and reply["n_written"] == 3637120"""),
     md("""## The file, byte by byte
-Magic 0x67677371 (`LLAMA_STATE_SEQ_MAGIC`, "ggsq"; written little-endian, so the dump shows the bytes
-`71 73 67 67`, "qsgg"), version 3, the number of 32-bit words, then the packed tokens: marker -1,
-version 1, the token count, the tokens, a media count of 0. The state follows; after it, the SCKP
-appendix (magic 0x504b4353, "SCKP" read the same way round)."""),
+The magic is `LLAMA_STATE_SEQ_MAGIC` = `0x67677371`, which `llama.h` calls 'ggsq': read as a number,
+most significant byte first, its four bytes are the ASCII codes of `g g s q` (0x67 0x67 0x73 0x71).
+The file stores it little-endian, least significant byte first, so the dump shows `71 73 67 67`, "qsgg".
+Then the version, 3 (llama-cpp-python's llama.cpp; the reference llama-server build writes 4, so slot
+files do not move between the two: spec 11.1), the number of 32-bit words of the token payload, and
+the payload: marker -1 (`ff ff ff ff`), version 1, the token count, the tokens, a media count of 0.
+The sequence state follows. After it comes slotlab's SCKP appendix, whose magic `0x504b4353` was
+chosen the other way round: stored little-endian, it reads "SCKP" in the dump."""),
     code("""raw = (d / "log.bin").read_bytes()
-print(hexdump(raw, 0, 48))
+print(hexdump(raw, 0, 32))
 magic, version, n_words = struct.unpack_from("<III", raw)
-print(f"magic {magic:08x}, version {version}, {n_words} words")
+print(f"magic 0x{magic:08x} = {magic.to_bytes(4, 'big')} as a number, {raw[:4]} on disk; version {version}, "
+      f"{n_words} words")
 body = reply["n_written"]
-print(f"body {body} bytes, appendix {len(raw) - body} bytes")
 print(hexdump(raw, body, 16))
-assert raw[:4] == b"qsgg" and magic == 0x67677371 and struct.unpack_from("<I", raw, body)[0] == 0x504B4353
+assert hexdump(raw, 0, 32).splitlines() == [
+    "00000000  71 73 67 67 03 00 00 00 c9 00 00 00 ff ff ff ff  qsgg............",
+    "00000010  01 00 00 00 c5 00 00 00 02 00 00 00 74 28 00 00  ............t(.."]
+assert magic == 0x67677371 and magic.to_bytes(4, "big") == b"ggsq" and raw[:4] == b"qsgg"
+assert version == 3 and n_words == 201 == 3 + 197 + 1        # marker, version, count + 197 tokens + media count
+assert hexdump(raw, body, 16) == "00377f80  53 43 4b 50 01 00 00 00 01 00 00 00 bf 00 00 00  SCKP............"
+assert struct.unpack_from("<I", raw, body)[0] == 0x504B4353 and raw[body:body + 4] == b"SCKP\""""),
+    md("""## Why the appendix is nearly as large as the body
+The appendix holds the slot's checkpoints. A checkpoint is a `PARTIAL_ONLY` state: on Gemma 3, only
+the **sliding-window layers'** cache (the full-attention layers can always be cut back), for the cells
+still inside the window (`n_swa` = 512). Gemma 3 has 5 sliding-window layers for each full one, and
+this 191-token checkpoint is entirely inside the window, so per cell it holds 15 of the body's 18
+layers. The body grows with every token of the conversation; a checkpoint is bounded by the window."""),
+    code("""from slotlab.memory.profile import ModelProfile, row_size
+prof = ModelProfile.from_gguf(eng.model.path)
+kv = lambda layers: sum(row_size("f16", prof.n_embd_k_gqa(il)) + row_size("f16", prof.n_embd_v_gqa(il)) for il in layers)
+ck = eng.slots[0].checkpoints[0]
 n_ck = struct.unpack_from("<I", raw, body + 8)[0]
-print(f"{n_ck} checkpoint(s) in the appendix: {len(raw) - body} bytes beside a {body}-byte body")
-assert n_ck == len(eng.slots[0].checkpoints) >= 1"""),
-    md("""The appendix is large next to the body because each checkpoint holds the sliding window's
-KV (up to 512 cells of every SWA layer), while the body holds only the cells of this short prompt."""),
-    md("""## Erase, restore, and the next request reuses the restored tokens"""),
-    code("""print(action(eng, "erase", 0))
-print(action(eng, "restore", 0, "log.bin"))
+print(f"body:     {body:,} bytes; {len(eng.slots[0].tokens)} cells x {len(prof.layers())} layers x "
+      f"{kv([0]):,} bytes of K+V = {len(eng.slots[0].tokens) * kv(prof.layers()):,}")
+print(f"appendix: {len(raw) - body:,} bytes; {n_ck} checkpoint, pos {ck.pos_min}..{ck.pos_max}: "
+      f"{ck.pos_max - ck.pos_min + 1} cells x {len(prof.layers(swa=True))} SWA layers x {kv([0]):,} bytes "
+      f"= {(ck.pos_max - ck.pos_min + 1) * kv(prof.layers(swa=True)):,}")
+# the rest of each is cell metadata (positions, sequence ids) and per-layer headers
+assert body == 3637120 and len(raw) - body == 2936492 and n_ck == len(eng.slots[0].checkpoints) == 1
+assert len(prof.layers()) == 18 and len(prof.layers(swa=True)) == 15 and prof.n_swa == 512
+assert (ck.pos_min, ck.pos_max, ck.n_tokens, ck.size()) == (0, 190, 191, 2936440) and kv([0]) == 1024
+assert 197 * 18 * 1024 == 3631104 <= body and 191 * 15 * 1024 == 2933760 <= ck.size()"""),
+    md("""## Erase, restore, and the next request reuses the restored tokens
+Erase empties the slot; restore reads the file back (here with the appendix's checkpoint); the follow-up
+(the same prompt plus a question) reuses 190 tokens."""),
+    code("""erased = action(eng, "erase", 0); print(erased)
+restored = action(eng, "restore", 0, "log.bin"); print(restored)
 print("checkpoints restored from the appendix:", len(eng.slots[0].checkpoints))
 r = ask(eng, prompt + " Any storms?", 3, id_slot=0); print(summary(r))
-assert r["timings"]["cache_n"] > 0"""),
+assert erased == (200, {"id_slot": 0, "n_erased": 197})
+assert restored == (200, {"id_slot": 0, "filename": "log.bin", "n_restored": 197, "n_read": 3637120})
+assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"], r["tokens_cached"]) == \\
+    (190, 8, 198, 200)"""),
     md("""Restoring into **another** slot works the same way (the file names no slot)."""),
-    code("""print(action(eng, "restore", 1, "log.bin"))
+    code("""status, rep = action(eng, "restore", 1, "log.bin"); print(status, rep)
 r1 = ask(eng, prompt + " Any ships?", 3, id_slot=1); print(summary(r1))
-assert r1["id_slot"] == 1 and r1["timings"]["cache_n"] > 0"""),
-    md("""## Stock file vs appendix: the lesson for SWA, hybrid and recurrent models
+assert status == 200 and (rep["n_restored"], rep["n_read"]) == (197, 3637120)
+assert r1["id_slot"] == 1 and (r1["timings"]["cache_n"], r1["timings"]["prompt_n"]) == (190, 8)
+assert (r1["tokens_evaluated"], r1["tokens_cached"]) == (198, 200)"""),
+    md("""## Stock file vs appendix: `cache_n` 0 against 190
 The same save, erase, restore and follow-up, once with the server's own file (no checkpoints) and once
-with slotlab's appendix. Without a checkpoint the restored slot's memory cannot be cut back to the
-common prefix (`pos_min` >= `max(0, pos_next - n_swa)`), so the stock server re-processes the whole
-prompt: `cache_n` 0. This is what llama.cpp issue #26676 reports on hybrid models."""),
-    code("""cache_n = {}
-for label, extra in (("stock file", ""), ("with --slot-appendices", " --slot-appendices")):
+with slotlab's appendix. The follow-up shares 195 tokens with the 197 the slot holds, so the server
+must cut the slot back to 195. Its rule (spec 3.5): with `pos_min` >= `max(0, pos_next - n_swa)`
+(here `pos_min` 0 >= `max(0, 195 - 512)` = 0) the memory cannot be cut back, and only a checkpoint at
+or before the cut can restore a state to continue from.
+
+* **Stock file**: restore brings the tokens and the KV, no checkpoint. The server prints `forcing full
+  prompt re-processing due to lack of cache data` and the follow-up re-processes all 198 tokens:
+  `cache_n` 0. This is what a llama-server user sees after restoring a slot of Gemma 3, and of any
+  hybrid or recurrent model (llama.cpp issue #26676).
+* **With `--slot-appendices`**: the checkpoint `[0, 190]` comes back with the file; the server
+  restores it and continues from 190 (the checkpoint's last token is evaluated again,
+  `TAG_CHECKPOINTS_FIX_POS_MIN`): `cache_n` 190. The 5 tokens between 190 and 195 are processed
+  again because the checkpoint was taken at 191 tokens, a few before the end of the first prompt
+  (where the server places checkpoints: notebook 06).
+
+On the stock server, `--swa-full` (a full-size cache for the SWA layers, which can then be cut back)
+is what makes a restored file reusable, at the cost of the window's memory saving."""),
+    code("""cache_n, prompt_n, bodies, lines, misses = {}, {}, {}, {}, {}
+for label, extra, fn in (("stock", "", "stock.bin"), ("appendix", " --slot-appendices", "appendix.bin")):
     e = Engine(f"-np 1 -c 4096 --slot-save-path {d}" + extra, model=eng.model)
     ask(e, prompt, 3)
-    action(e, "save", 0, "cmp.bin"); action(e, "erase", 0); action(e, "restore", 0, "cmp.bin")
-    cache_n[label] = ask(e, prompt + " Any storms?", 3)["timings"]["cache_n"]
+    bodies[label] = action(e, "save", 0, fn)[1]["n_written"]
+    action(e, "erase", 0); action(e, "restore", 0, fn)
+    n0 = len(e.events.log)
+    t = ask(e, prompt + " Any storms?", 3)["timings"]
+    cache_n[label], prompt_n[label] = t["cache_n"], t["prompt_n"]
+    ev = e.events.log[n0:]
+    lines[label] = [x.message for x in ev if x.kind in ("checkpoint_none", "checkpoint_check", "checkpoint_restored")]
+    misses[label] = [x.message for x in ev if x.kind == "request_miss"]
+    print(f"{label}: follow-up cache_n {cache_n[label]}, prompt_n {prompt_n[label]}")
+    for m in lines[label]:
+        print("  server: ", m)
+    for m in misses[label]:
+        print("  slotlab:", m)
     e.close()
-print(cache_n)
-assert cache_n["stock file"] == 0 and cache_n["with --slot-appendices"] > 100"""),
+assert cache_n == {"stock": 0, "appendix": 190} and prompt_n == {"stock": 198, "appendix": 8}
+assert bodies == {"stock": 3637112, "appendix": 3637112}
+assert lines["stock"] == ["forcing full prompt re-processing due to lack of cache data (likely due to SWA or "
+                          "hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194"
+                          "#issuecomment-2868343055)"]
+assert lines["appendix"] == ["checking checkpoint with [0, 190] against 0...",
+                             "restored context checkpoint (pos_min = 0, pos_max = 190, n_tokens = 191, "
+                             "n_past = 190, size = 2.800 MiB)"]
+assert "195 of 195 reusable tokens lost" in misses["stock"][0] and "cut back to 195 (pos_min 0 >= 0)" in misses["stock"][0]
+assert misses["stock"][0].endswith("try --swa-full")
+assert "5 of 195 reusable tokens lost" in misses["appendix"][0] and "ends at 190" in misses["appendix"][0]"""),
+    md("""Both bodies are the same size; the second file carries the checkpoint after it. The two files as the
+parser reads them (`slot_file.sections`): header, tokens, state, then the SCKP block and its checkpoint."""),
+    code("""secs = {k: slot_file.sections(d / f"{k}.bin", bodies[k]) for k in ("stock", "appendix")}
+assert [(s.kind, s.size) for s in secs["stock"]] == [("header", 12), ("tokens", 804), ("state", 3636296)]
+assert [(s.kind, s.size) for s in secs["appendix"]] == [("header", 12), ("tokens", 804), ("state", 3636296),
+                                                         ("SCKP header", 12), ("checkpoint", 2936476)]
+slot_file.image([(f"stock file (what llama-server writes): follow-up cache_n {cache_n['stock']}",
+                  d / "stock.bin", bodies["stock"]),
+                 (f"with --slot-appendices: follow-up cache_n {cache_n['appendix']}",
+                  d / "appendix.bin", bodies["appendix"])])"""),
+    md("""The live panel's picture of the main engine after the two follow-ups: in each slot the first 190
+tokens came back through the restored checkpoint ("checkpoint"), the rest was prefilled or generated;
+the second plot shows each slot's checkpoints against the SWA window."""),
+    code("""from slotlab.panel.static import panel_image
+assert [len(s.tokens) for s in eng.slots] == [200, 200]
+panel_image(eng)"""),
     md("""## Failure modes, with the server's texts
-A failed restore leaves the slot **empty** (the server clears it), so the next request on that slot
-starts from nothing."""),
-    code("""for act, slot, name in [("save", 0, "../escape.bin"), ("save", 0, "a:b"), ("save", 0, ""),
-                        ("restore", 0, "missing.bin")]:
-    print(act, repr(name), *action(eng, act, slot, name))
+Invalid names are refused before anything is touched. A restore that fails (below: a missing file,
+and a file cut in the middle of its state) **empties the slot**: the server clears the slot's tokens,
+KV and checkpoints and answers 400 (spec 5.4 step 6), so what the slot held is lost and the next
+request on that slot starts from nothing. Restore into a slot whose cache you do not mind losing. A
+file saved with another memory layout (a unified KV cache, `-kvu`) is refused the same way."""),
+    code("""for name in ("../escape.bin", "a:b", ""):
+    print("save", repr(name), *action(eng, "save", 0, name))
+assert len(eng.slots[0].tokens) == 200                    # refused before the slot was touched
 (d / "cut.bin").write_bytes(raw[: body // 2])
-status, rep = action(eng, "restore", 0, "cut.bin"); print("truncated:", status, rep)
-print("slot 0 after a failed restore:", len(eng.slots[0].tokens), "tokens")
-assert status == 400 and len(eng.slots[0].tokens) == 0
+for slot, name in ((0, "missing.bin"), (1, "cut.bin")):
+    held = len(eng.slots[slot].tokens)
+    status, rep = action(eng, "restore", slot, name)
+    print(f"restore {name!r} into slot {slot}: {status} {rep['error']['message']!r}; "
+          f"the slot held {held} tokens, now {len(eng.slots[slot].tokens)}")
+    assert held == 200 and status == 400 and len(eng.slots[slot].tokens) == 0 and not eng.slots[slot].checkpoints
+    assert rep["error"]["message"] == "Unable to restore slot: No available space in KV cache or invalid slot save file"
 other = Engine(f"-np 2 -kvu -c 4096 --slot-save-path {d}", model=eng.model)   # unified: another layout
 status, rep = action(other, "restore", 0, "log.bin"); print("other layout:", status, rep)
-assert status == 400"""),
+assert status == 400
+other.close()"""),
     md("""## Try this
-1. Start the engine with `--swa-full`: the memory can be cut back, and the stock file is enough.
+1. Start the stock engine with `--swa-full`: the memory can be cut back, and the stock file is enough.
 2. Save a slot, generate more in it, then restore: what happens to the tokens generated after the save?
 3. Truncate the file inside the appendix instead of the body: the restore succeeds, without checkpoints."""),
 ]
