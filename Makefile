@@ -28,7 +28,7 @@ endif
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_PIN)-$(FLAVOUR)
 PROJECT_STAMP := $(VENV)/.slotlab-installed
 
-.PHONY: install lab test test-fast notebooks bench info llama-cpp llama-server tiny-models clean
+.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server tiny-models clean
 
 install: $(PROJECT_STAMP)
 
@@ -60,6 +60,11 @@ info: install
 # the whole suite: tests/ (real model, golden data) and every notebook under nbval (see pyproject)
 test: install
 	$(BIN)/python -m pytest
+
+# llama.cpp's own server tests, every one the real llama-server passed, against slotlab serve (the
+# default suite runs only the slot/cache core of them: tests/llamacpp/test_llamacpp_server_tests.py)
+test-llamacpp: install
+	SLOTLAB_LLAMACPP_FULL=1 $(BIN)/python -m pytest tests/llamacpp -k pass_on_slotlab
 
 bench: install
 	$(BIN)/python -m bench

@@ -9,6 +9,7 @@ slotlab), so it needs neither the llama-server binary nor the hub."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -75,15 +76,28 @@ def test_vendored_copy_is_unmodified():
     assert (runner.VENDOR / "LICENSE").read_bytes() == (tree / "LICENSE").read_bytes()
 
 
+#: The files whose required tests the default suite runs on slotlab: the slot / cache / HTTP-contract
+#: core (slot save / restore / erase, context shift, idle-slot memory, tokenizer endpoints, health /
+#: props / metrics, CORS and API keys). The whole suite takes far longer than CI's budget on 2 cores
+#: (each test starts its own server); it runs with SLOTLAB_LLAMACPP_FULL=1 (`make test-llamacpp`).
+CI_FILES = ("unit/test_basic.py", "unit/test_tokenize.py", "unit/test_slot_save.py", "unit/test_ctx_shift.py",
+            "unit/test_kv_keep_only_active.py", "unit/test_security.py", "unit/test_metrics.py")
+FULL = os.environ.get("SLOTLAB_LLAMACPP_FULL") == "1"
+
+
 @pytest.mark.slow
 def test_llamacpp_server_tests_pass_on_slotlab(tmp_path: Path):
-    """Every required test (passed on the real server, not excused) passes against slotlab serve."""
+    """Every required test (passed on the real server, not excused) passes against slotlab serve: all of
+    them with SLOTLAB_LLAMACPP_FULL=1, else those of CI_FILES."""
     if UNRECORDED:
         pytest.skip(f"the real server's outcomes are recorded for part of the suite only ({len(UNRECORDED)} files "
                     "missing): the comparison runs once the recording is complete")
     required = runner.required_tests()
     assert len(required) > 50  # a recording that lost its passes would otherwise prove nothing
-    res = runner.run("slotlab", select=required, out=tmp_path / "slotlab_outcomes.json")
+    if not FULL:
+        required = [n for n in required if n.split("::")[0] in CI_FILES]
+        assert len(required) > 30
+    res = runner.run("slotlab", select=required, out=tmp_path / "slotlab_outcomes.json", workers=2 if FULL else 1)
     got = res["outcomes"]
     bad = {n: got.get(n, {"outcome": "not run"}) for n in required if got.get(n, {}).get("outcome") != "passed"}
     lines = [f"{n}: {o['outcome']}: {o.get('message', '')}" + (f" | server: {o['server_said']}" if o.get("server_said") else "")
