@@ -22,6 +22,7 @@ vocabulary renders text as odd pieces: the positions and counts are what matter 
 from slotlab.engine.replay import load_trace
 from slotlab.engine.scheduler import Engine
 from slotlab.counterfactual import diagnose_trace
+from slotlab.panel.state import PanelState
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "tests" / "models").exists())
 TINY = ROOT / "tests" / "golden" / "traces_tiny"
@@ -41,18 +42,36 @@ Each turn appends the assistant's tool call and the tool's result. The slot hold
 *and* the reply it generated, but the recurrent state has moved past them: the server can only go back
 to a checkpoint, and it takes them a few tokens before each prompt's end (4 and `4 + n_ubatch`). So every
 turn loses the last few prompt tokens plus the reply — by design, and no flag moves that checkpoint."""),
-    code("""d1 = diagnose_trace(trace("hybrid_agent_loop"), max_misses=2)
+    code("""# not asserted: the prompt / held texts (pieces of the tiny model's test vocabulary, not figures)
+d1 = diagnose_trace(trace("hybrid_agent_loop"), max_misses=2)
 print("\\n".join(d1.lines()))
 causes = {m.cause for _, m in d1.misses}
 assert causes == {"checkpoint_early"} and len(d1.misses) == 6
 assert all(m.lost == 4 for _, m in d1.misses)
+assert [(m.possible, m.n_past) for _, m in d1.misses] == [(44, 40), (65, 61), (86, 82), (107, 103), (124, 120), (136, 132)]
+assert d1.lost_by_cause == {"checkpoint_early": 24}
 assert all(c.saved <= 0 for cs in d1.tried.values() for c in cs)   # no flag saves it"""),
+    md("""Drawn against each turn's prompt: blue is what the server reused (`n_past`, its `cache_n`: up to the
+restored checkpoint), the thin light-red band the tokens between that checkpoint and the point where the
+prompt differs from what the slot held (the tail of the previous prompt and the reply, processed
+again), and the light orange the new turn. The loss does not grow with the conversation: it is the
+checkpoint's distance from the prompt's end, every turn."""),
+    code("""from slotlab.figures import misses as miss_figure, png
+
+assert [m.lost for _, m in d1.misses] == [4] * 6
+png.image(miss_figure.requests_figure(d1.misses, title="hybrid_agent_loop: each turn's prompt tokens"))"""),
     md("""## 2. A client that rewrites a header early in the system prompt
 A timestamp or billing header near the top of the prompt changes every turn. The prompt diverges a few
 tokens in; every checkpoint lies after that point, so the whole prompt is processed again. More
 checkpoints do not help (tried below); keeping the first tokens stable does."""),
-    code("""d2 = diagnose_trace(trace("hybrid_changing_header"), max_misses=2)
+    code("""# not asserted: the prompt / held texts and the checkpoint lists of each line (the causes and counts are)
+d2 = diagnose_trace(trace("hybrid_changing_header"), max_misses=2)
 print("\\n".join(d2.lines()))
+assert [(m.cause, m.possible, m.n_past) for _, m in d2.misses] == [
+    ("no_checkpoint", 6, 0), ("no_checkpoint", 6, 0), ("threshold", 6, 0), ("checkpoint_early", 70, 66)]
+assert d2.lost_by_cause == {"no_checkpoint": 12, "threshold": 6, "checkpoint_early": 4}
+assert "checkpoints at n_tokens [25, 30]" in d2.misses[0][1].detail
+assert "checkpoints at n_tokens [25, 37, 42]" in d2.misses[1][1].detail
 first = d2.misses[0][1]
 assert first.cause == "no_checkpoint" and first.n_past == 0
 assert first.suggest[-1].startswith("keep the prompt's first")
@@ -61,13 +80,41 @@ assert d2.best(d2.misses[0][0]) is None    # --ctx-checkpoints 64 saved nothing"
 A long conversation with only two checkpoints: the oldest are erased (FIFO) as new ones come, so a
 branch back to an early turn finds none at or before it. The explanation names the erasures by the
 cap; the counterfactual tries larger caps."""),
-    code("""d3 = diagnose_trace(trace("hybrid_ctx_checkpoints_min_step"), max_misses=3)
+    code("""# not asserted: the prompt / held texts (the causes, counts and checkpoints are)
+d3 = diagnose_trace(trace("hybrid_ctx_checkpoints_min_step"), max_misses=3)
 print("\\n".join(d3.lines()))
+assert [(i, m.cause, m.possible, m.n_past) for i, m in d3.misses] == [
+    (3, "checkpoint_early", 107, 106), (4, "no_checkpoint", 58, 0), (5, "no_checkpoint", 26, 0)]
 capped = [(i, m) for i, m in d3.misses if m.cause == "no_checkpoint"]
 assert capped and "erased by the --ctx-checkpoints cap" in capped[0][1].detail
+assert "checkpoints at n_tokens [106, 107]; 7 erased" in capped[0][1].detail
+assert "checkpoints at n_tokens [56, 59]; 10 erased" in capped[1][1].detail
 assert capped[0][1].suggest[0] == "--ctx-checkpoints 4"
+assert "pos_min 113 >= 58" in capped[0][1].detail
+assert [(d3.best(i).flags, d3.best(i).cache_n) for i, _ in capped] == [(["--ctx-checkpoints", "32"], 42),
+                                                                      (["--ctx-checkpoints", "32"], 10)]
 print({c: n for c, n in d3.lost_by_cause.items()})
-assert d3.lost_by_cause["no_checkpoint"] >= 58"""),
+assert d3.lost_by_cause == {"checkpoint_early": 1, "no_checkpoint": 84}"""),
+    md("""Request #4 branches back to token 58 while the slot's recurrent state sits at position 113 (`pos_min`
+113: it cannot be cut back). The two checkpoints the cap left were taken at n_tokens 106 and 107,
+after the branch point, so none can be restored and all 58 shared tokens are processed again; request
+#5 the same at 26. With `--ctx-checkpoints 32` the earlier checkpoints are not erased, and the replay
+reuses 42 and 10 tokens."""),
+    code("""png.image(miss_figure.requests_figure(d3.misses, title="hybrid_ctx_checkpoints_min_step: reused, lost, new"))"""),
+    md("""The panel of the same trace replayed, after its last request (the picture the live panel draws):
+the slot holds two checkpoints — the cap — and the checkpoint marks show the earlier ones created
+(green) and erased (red crosses) as the conversation went on; the last request, which branched back to
+26, prefilled its whole prompt."""),
+    code("""from slotlab.engine.replay import replay
+from slotlab.panel.static import panel_image
+
+out = replay(trace("hybrid_ctx_checkpoints_min_step"))
+st = PanelState.from_bus(out["engine"].events)
+assert [(a, b) for a, b, *_ in st.slots[0].checkpoints] == [(23, 23), (26, 26)]   # --ctx-checkpoints 2
+assert {k for _, _, k, *_ in st.ckpt_marks} >= {"created", "evict"}
+assert st.slots[0].prov[0][:2] == (0, st.slots[0].n_prompt) and st.slots[0].prov[0][2] == "prefill"
+display(panel_image(st))
+out["engine"].close()"""),
     md("""## Reading your own server
 The same explanation runs on any trace: `slotlab replay my-trace.json --why` (record the trace with
 `slotlab proxy`, or write it by hand), and on a real server's log the same facts come from

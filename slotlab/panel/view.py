@@ -3,7 +3,9 @@
 The engine never touches a widget: its events land in a deque (any thread), and a pump on the
 kernel's asyncio loop drains it at most 10 times a second, folds the events into the state and
 applies one batched update (`fig.batch_update()` + `hold_sync()`), replacing whole trace arrays.
-One FigureWidget holds the token timelines, the checkpoint chain and the eviction plot; tables,
+One FigureWidget holds the token timelines, the checkpoint chain and the eviction plot, whose arrays
+come from `slotlab.panel.figure.figure_data` (pure; `static.panel_figure` draws the same arrays as a
+picture for committed notebooks); tables,
 gauges and the event log are HTML. The time slider rebuilds the state from the event bus
 (`PanelState.from_bus`): a panel opened late on a long run, after the bus trimmed its log, still
 shows every slot and cache entry, but the slider only reaches the events the log still holds.
@@ -24,11 +26,11 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from slotlab.panel import figure
+from slotlab.panel.figure import CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, N_PAST_COLOR, TITLES
 from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
+from slotlab.units import MIB
 
-COLORS = {"kept": "#4c78a8", "cache": "#72b7b2", "file": "#b279a2", "checkpoint": "#9d755d", "shifted": "#eeca3b",
-          "prefill": "#f58518", "generated": "#54a24b"}
-from slotlab.units import MIB  # noqa: E402
 log = logging.getLogger("slotlab.panel")
 
 
@@ -67,21 +69,19 @@ class Panel(w.VBox):
     def _build(self) -> None:
         n = max(self.state.n_slots, 1)
         fig = make_subplots(rows=3, cols=1, vertical_spacing=0.09, row_heights=[0.45, 0.35, 0.2],
-                            subplot_titles=("slot token timelines (this request's provenance)",
-                                            "checkpoints [pos_min, pos_max], SWA window and n_past",
-                                            "evictions by reason (event #)"))
+                            subplot_titles=TITLES)
         self.fig = go.FigureWidget(fig)
         for kind in PROVENANCE:
             self.fig.add_bar(name=kind, orientation="h", marker_color=COLORS[kind], x=[], y=[], base=[],
                              hovertext=[], hoverinfo="text", row=1, col=1, legendgroup="prov")
         self.fig.add_scatter(name="divergence", mode="markers", marker_symbol="line-ns-open", marker_size=22,
-                             marker_color="red", x=[], y=[], hovertext=[], hoverinfo="text", row=1, col=1)
-        self.fig.add_bar(name="SWA window", orientation="h", marker_color="rgba(150,150,150,0.25)", x=[], y=[], base=[],
+                             marker_color=DIVERGENCE_COLOR, x=[], y=[], hovertext=[], hoverinfo="text", row=1, col=1)
+        self.fig.add_bar(name="SWA window", orientation="h", marker_color=figure.window_rgba_css(), x=[], y=[], base=[],
                          hoverinfo="skip", row=2, col=1, showlegend=True)
-        self.fig.add_bar(name="checkpoint", orientation="h", marker_color="#9d755d", x=[], y=[], base=[],
+        self.fig.add_bar(name="checkpoint", orientation="h", marker_color=CHECKPOINT_COLOR, x=[], y=[], base=[],
                          hovertext=[], hoverinfo="text", row=2, col=1, width=0.35)
         self.fig.add_scatter(name="n_past", mode="markers", marker_symbol="line-ns-open", marker_size=18,
-                             marker_color="black", x=[], y=[], row=2, col=1)
+                             marker_color=N_PAST_COLOR, x=[], y=[], row=2, col=1)
         self.fig.add_scatter(name="checkpoint events", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
                              marker=dict(size=11, symbol=[], color=[]), row=2, col=1)
         self.fig.add_scatter(name="eviction", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
@@ -283,10 +283,11 @@ class Panel(w.VBox):
 
     def render(self) -> None:
         st = self.state
+        d = figure.figure_data(st)
         with self.hold_sync(), self.fig.batch_update():
-            self._render_timelines(st)
-            self._render_checkpoints(st)
-            self._render_evictions(st)
+            self._render_timelines(st, d)
+            self._render_checkpoints(st, d)
+            self._render_evictions(st, d)
         self._render_header(st)
         self._render_cache(st)
         self._render_events()
@@ -319,81 +320,40 @@ class Panel(w.VBox):
             self.header.value = value
 
     def _x_range(self, st: PanelState) -> list:
-        """Zoom the token axis to what the slots hold (capped at n_ctx_slot), so short prompts show."""
-        hi = max([64] + [sv.n_tokens for sv in st.slots.values()] + [sv.n_prompt for sv in st.slots.values()])
-        return [0, min(max(st.n_ctx_slot, 1), int(hi * 1.15) + 1)]
+        return figure.x_range(st)
 
-    def _render_timelines(self, st: PanelState) -> None:
-        self.fig.layout.xaxis.range = self._x_range(st)
-        per = {k: ([], [], [], []) for k in PROVENANCE}
-        dx, dy, dt = [], [], []
-        for i in range(st.n_slots):
-            sv = st.slot(i)
-            y = f"slot {i}"
-            for a, b, kind in sv.prov:
-                if b <= a:
-                    continue
-                xs, ys, bs, hs = per[kind]
-                xs.append(b - a)
-                ys.append(y)
-                bs.append(a)
-                hs.append(f"{y} · {kind} [{a}, {b}) · {b - a} tokens · task {sv.task} · {sv.state}<br>"
-                          f"n_past {sv.n_past} · cache_n {sv.n_past} · prompt_n {sv.prompt_n} · origin {sv.origin}")
-            if sv.divergence >= 0 and sv.task >= 0:
-                dx.append(sv.divergence)
-                dy.append(y)
-                dt.append(f"{y}: first differing token at {sv.divergence}: {sv.div_text!r}")
+    # the three plots: the arrays come from `figure` (the static picture, `static.panel_figure`, draws the same)
+
+    def _render_timelines(self, st: PanelState, d: figure.FigureData | None = None) -> None:
+        d = d or figure.figure_data(st)
+        self.fig.layout.xaxis.range = d.x_range
         for j, kind in enumerate(PROVENANCE):
-            xs, ys, bs, hs = per[kind]
+            b = d.prov[kind]
             tr = self.fig.data[j]
-            tr.x, tr.y, tr.base, tr.hovertext = xs, ys, bs, hs
+            tr.x, tr.y, tr.base, tr.hovertext = b.x, b.y, b.base, b.hovertext
         tr = self.fig.data[len(PROVENANCE)]
-        tr.x, tr.y, tr.hovertext = dx, dy, dt
+        tr.x, tr.y, tr.hovertext = d.divergence.x, d.divergence.y, d.divergence.hovertext
 
-    def _render_checkpoints(self, st: PanelState) -> None:
+    def _render_checkpoints(self, st: PanelState, d: figure.FigureData | None = None) -> None:
+        d = d or figure.figure_data(st)
         k0 = len(PROVENANCE) + 1
-        wx, wy, wb, cx, cy, cb, ch, nx, ny = [], [], [], [], [], [], [], [], []
-        for i in range(st.n_slots):
-            sv = st.slot(i)
-            y = f"slot {i}"
-            if st.n_swa and sv.n_tokens:
-                lo = max(0, sv.n_tokens - st.n_swa)
-                wx.append(sv.n_tokens - lo)
-                wy.append(y)
-                wb.append(lo)
-            for pmin, pmax, n_tok, size, task in sv.checkpoints:
-                cx.append(max(1, pmax - pmin + 1))
-                cy.append(y)
-                cb.append(pmin)
-                ch.append(f"{y} checkpoint [{pmin}, {pmax}] · n_tokens {n_tok} · {size / MIB:.2f} MiB · task {task}")
-            if sv.task >= 0:
-                nx.append(sv.n_past)
-                ny.append(y)
-        self.fig.data[k0].x, self.fig.data[k0].y, self.fig.data[k0].base = wx, wy, wb
+        t = self.fig.data[k0]
+        t.x, t.y, t.base = d.window.x, d.window.y, d.window.base
         t = self.fig.data[k0 + 1]
-        t.x, t.y, t.base, t.hovertext = cx, cy, cb, ch
-        self.fig.data[k0 + 2].x, self.fig.data[k0 + 2].y = nx, ny
-        # the last checkpoint events, at the n_tokens they concern: created / restored / evicted / none
-        style = {"created": ("triangle-up", "#2ca02c"), "restored": ("star", "#1f77b4"),
-                 "evict": ("x", "#d62728"), "none": ("circle-open", "#7f7f7f")}
-        marks = [m for m in list(st.ckpt_marks)[-24:] if m[1] >= 0]
+        t.x, t.y, t.base, t.hovertext = d.checkpoints.x, d.checkpoints.y, d.checkpoints.base, d.checkpoints.hovertext
+        self.fig.data[k0 + 2].x, self.fig.data[k0 + 2].y = d.n_past.x, d.n_past.y
+        # the last checkpoint events, at the n_tokens they concern: created / restored / evict / none
+        m = d.checkpoint_events
         t = self.fig.data[k0 + 3]
-        t.x = [m[4] if m[4] is not None else 0 for m in marks]
-        t.y = [f"slot {m[1]}" for m in marks]
-        t.marker.symbol = [style.get(m[2], ("circle", "#888"))[0] for m in marks]
-        t.marker.color = [style.get(m[2], ("circle", "#888"))[1] for m in marks]
-        t.hovertext = [f"event #{m[0]}: checkpoint {m[2]}" + (f" ({m[3]})" if m[3] else "")
-                       + (f" at n_tokens {m[4]}" if m[4] is not None else "") for m in marks]
+        t.x, t.y, t.hovertext = m.x, m.y, m.hovertext
+        t.marker.symbol, t.marker.color = m.symbol, m.color
 
-    def _render_evictions(self, st: PanelState) -> None:
-        palette = {r: c for r, c in zip(EVICTION_REASONS, ("#e45756", "#f58518", "#eeca3b", "#4c78a8", "#54a24b",
-                                                           "#b279a2", "#9d755d", "#000000", "#bab0ac"))}
-        ev = list(st.evictions)
+    def _render_evictions(self, st: PanelState, d: figure.FigureData | None = None) -> None:
+        d = d or figure.figure_data(st)
+        m = d.evictions
         t = self.fig.data[-1]
-        t.x = [e[0] for e in ev]
-        t.y = [e[2] for e in ev]
-        t.marker.color = [palette.get(e[2], "#888") for e in ev]
-        t.hovertext = [f"event #{e[0]}: {e[2]}, {e[3]} tokens" + (f", slot {e[4]}" if e[4] >= 0 else "") for e in ev]
+        t.x, t.y, t.hovertext = m.x, m.y, m.hovertext
+        t.marker.color = m.color
 
     def _render_cache(self, st: PanelState) -> None:
         g = st.gauge
