@@ -9,20 +9,22 @@ CELLS = [
 
 `llama-server` keeps one **slot** per parallel sequence (`-np`, default *auto* = 4 slots sharing one
 **unified** KV pool). For every request it picks a slot, decides how much of the prompt it can reuse
-(`cache_n`) and prefills the rest (`prompt_n`); between requests a **RAM prompt cache**
+(`cache_n`) and prefills the rest (`prompt_n`). Between requests a **RAM prompt cache**
 (`--cache-ram`, 8192 MiB by default) keeps prompts that slots had to give up. slotlab runs exactly
 that machinery on a real `llama_context` (Gemma 3 270M), and this notebook walks through it with the
-server's defaults. Every number printed below is also asserted."""),
+server's defaults. Every number a cell prints is asserted in that cell. The one exception is the live
+panel, a widget that draws the same state as the pictures."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary, why
 from slotlab.panel import Panel
 
 eng = Engine("-c 8192")          # the server's defaults, a smaller context to stay quick
 print(eng.slots_json()[0] | {"n_slots": len(eng.slots)})
-assert len(eng.slots) == 4 and eng.ctx.kv_unified"""),
+assert len(eng.slots) == 4 and eng.ctx.kv_unified and eng.slots_json()[0]["n_ctx"] == 8192"""),
     md("""The panel shows every slot's tokens coloured by where they came from, the checkpoint chain, the
 RAM cache with each entry's `f_keep` / `f_sim`, the event log and a plain-words *why* per request.
-(Run the cells below and watch it; in step mode it redraws when a cell finishes.)"""),
+Run the cells below and watch it: in step mode it redraws when a cell finishes. Where no kernel runs,
+the static pictures further down show the same things."""),
     code("""panel = Panel(eng)
 panel""", ignore=True),
     md("""## Three users
@@ -35,23 +37,90 @@ alice1 = SYSTEM + "User Alice: which ports handle container ships in the north s
 bob1 = SYSTEM + "User Bob: how long does customs clearance take?"
 r_a1 = ask(eng, alice1, 8); print(summary(r_a1))
 r_b1 = ask(eng, bob1, 8); print(summary(r_b1))
-assert r_a1["id_slot"] == 3 and r_a1["timings"]["cache_n"] == 0
-assert r_b1["id_slot"] == 3 and r_b1["timings"]["cache_n"] == 0"""),
-    md("""Bob's request shares the system prompt with Alice's, and Alice's slot was idle, so the server picked
-it by **LCP similarity** (`f_sim` above `-sps 0.10`). But keeping only the shared 15 tokens would
-lose most of Alice's slot (`f_keep < 0.5`), so her prompt was first **saved to the RAM cache**. And
-Gemma 3 slides its attention window: without `--swa-full` the slot cannot be cut back to position 15
-unless a checkpoint ends there, so the server re-processed Bob's prompt from scratch (`cache_n` 0).
-The engine's *why* lines say exactly that:"""),
-    code("""print(why(eng))"""),
+assert r_a1["id_slot"] == 3 and r_a1["timings"]["cache_n"] == 0 and r_a1["timings"]["prompt_n"] == 27
+assert r_a1["tokens_evaluated"] == 27 and r_a1["tokens_cached"] == 34          # 27 prompt + 8 generated - 1
+assert r_b1["id_slot"] == 3 and r_b1["timings"]["cache_n"] == 0 and r_b1["timings"]["prompt_n"] == 24
+assert r_b1["tokens_evaluated"] == 24 and r_b1["tokens_cached"] == 31"""),
+    md("""Bob's request went to Alice's slot, and nothing of it was reused. The server's decisions, from
+the engine's events:"""),
+    code("""def event(kind, task):
+    return next(e.data for e in eng.events.log if e.kind == kind and e.task == task)
+
+d = event("slot_decision", 1)
+saved = event("cache_alloc", 1)
+lcp = d["held"]["lcp"]
+print(f"slot chosen by {d['how']}: f_sim {d['f_sim']:.3f} = {lcp}/24 (> -sps 0.10), f_keep {d['f_keep']:.3f} = {lcp}/34 (< 0.50)")
+print(f"so the RAM cache was updated first: slot {saved['id_slot']}'s {saved['n_tokens']} tokens (Alice's) saved as "
+      f"entry #{saved['entry_id']} with {saved['n_checkpoints']} checkpoint")
+print(why(eng))
+assert d["how"] == "lcp" and lcp == 15 and d["update_cache"]
+assert f"{d['f_sim']:.3f} {d['f_keep']:.3f}" == "0.625 0.441" and 0.10 < d["f_sim"] and d["f_keep"] < 0.50
+assert (saved["id_slot"], saved["n_tokens"], saved["entry_id"], saved["n_checkpoints"]) == (3, 34, 0, 1)
+assert "f_sim 0.62 > 0.10" in why(eng) and "0 tokens reused, 27 prefilled" in why(eng)
+assert "no usable checkpoint: full re-processing forced; 0 tokens reused, 24 prefilled" in why(eng)"""),
+    md("""Bob's prompt shares its first 15 tokens with Alice's: the system prompt and `User`. Her slot was
+idle, so the server picked it by **LCP similarity** (`f_sim` 15/24 above `-sps 0.10`, spec 1.2). But
+keeping the shared 15 tokens would keep less than half of the slot (`f_keep` 15/34 < 0.5, spec 1.4). So the server first **saved Alice's
+34 tokens to the RAM cache** (entry #0, with her checkpoint) and looked for a better entry (none).
+Then it re-processed Bob's whole prompt: `no usable checkpoint: full re-processing forced`.
+
+The sliding window is not why: the slot held 34 tokens and Gemma 3's window is 512, so nothing had
+left it. Bob lost his 15 shared tokens to the server's **checkpoint rule**, which the next section
+states and draws once. (The notebooks that follow refer back to it.) First, Alice comes back:"""),
     code("""alice2 = alice1 + " Assistant: Rotterdam, Hamburg, Antwerp. User Alice: and which of them is deepest?"
 carol = "Translate to German: the weather is lovely today."
 r_c = ask(eng, carol, 6); print(summary(r_c))
 r_a2 = ask(eng, alice2, 8); print(summary(r_a2))
+scores = [f"entry #{s['entry_id']}: {s['n_tokens']} tokens, lcp {s['lcp']}, f_keep {s['f_keep']:.3f}, "
+          f"f_sim {s['f_sim']:.3f}{'  <- restored' if s['winner'] else ''}" for s in event("cache_load_scores", 3)["scores"]]
+print("\\n".join(scores))
 print(why(eng, 2))
-assert r_a2["timings"]["cache_n"] > 0   # Alice's conversation came back from the RAM cache"""),
-    md("""Alice's follow-up found her old prompt in the RAM cache (the best `f_keep` / `f_sim`), restored it
-into a free slot and then restored the context checkpoint that came with it: 22 tokens reused."""),
+assert r_c["id_slot"] == 2 and r_c["timings"]["prompt_n"] == 11 and r_c["tokens_cached"] == 16
+assert r_a2["id_slot"] == 1 and r_a2["timings"]["cache_n"] == 22 and r_a2["timings"]["prompt_n"] == 23
+assert r_a2["tokens_evaluated"] == 45 and r_a2["tokens_cached"] == 52
+assert scores == ["entry #0: 34 tokens, lcp 27, f_keep 0.794, f_sim 0.600  <- restored",
+                  "entry #1: 31 tokens, lcp 15, f_keep 0.484, f_sim 0.333"]
+assert "RAM entry #0 restored (f_keep 0.79, f_sim 0.60 beat baseline -1.00); checkpoint restored (n_past 22)" in why(eng, 1)
+assert "22 tokens reused, 23 prefilled" in why(eng, 1)"""),
+    md("""Alice's follow-up went to the least recently used slot (1). That slot was empty, so any entry
+above the 0.25 `f_keep` floor beats it. Her old prompt, entry #0, shares 27 tokens with the
+follow-up (`f_keep` 27/34, `f_sim` 27/45). It came back into slot 1 with its checkpoint, and the
+checkpoint was restored: **22** tokens reused, not 27. (Bob's entry #1 shares only the system prompt.)
+The same rule again.
+
+## The checkpoint rule
+
+When a request can reuse the first `pos_next` tokens of what a slot holds (its common prefix), the
+server checks whether the memory can continue from there (spec 3.5, `server-context.cpp`):
+
+* `pos_min_thold = max(0, pos_next - n_swa)` (one less when the prompt adds no new token), and
+  `pos_min` = the lowest position the slot's memory holds;
+* if **`pos_min >= pos_min_thold`**, the cut-back needs a **checkpoint**. The server takes the newest
+  one with `pos_max <= pos_next` (and `pos_min < pos_min_thold` or `pos_min == 0`), restores it and
+  continues from its end. Without one it logs `forcing full prompt re-processing` and `cache_n` is 0.
+
+On Gemma 3 (`n_swa` 512) without `--swa-full`, any `pos_next <= 512` gives a threshold of 0, and
+`pos_min >= 0` always holds. So **every** reuse of a short prompt goes through a checkpoint, even when
+nothing has left the window. The server takes checkpoints while it processes a prompt: 4 and
+`4 + n_ubatch` tokens before its end, and with chat message delimiters also at user-message starts
+(notebook 06). The plain prompts here have no delimiters, so each checkpoint sits 4 tokens before the
+end of its prompt, and none sits where the shared system prompt ends.
+
+* Bob: cut back to 15; Alice's only checkpoint ends at 22 (`pos_max 22 > 15`): none fits, so his
+  prompt is re-processed in full.
+* Alice: cut back to 27; her checkpoint `[0, 22]` fits. The server restores it and re-evaluates from
+  its last token, so 22 tokens are reused.
+
+`--swa-full` keeps the whole context in the window cache: the memory can then be cut back anywhere,
+and no checkpoint is needed (notebook 04). The picture draws both requests from the engine's events:"""),
+    code("""from slotlab.figures import checkpoints
+bob, alice = checkpoints.rewind(eng, 1), checkpoints.rewind(eng, 3)
+for r in (bob, alice):
+    print(r.sentence())
+assert (bob.pos_next, bob.pos_min, bob.pos_min_thold, bob.checkpoints, bob.chosen) == (15, 0, 0, [(0, 22, 23)], None)
+assert (alice.pos_next, alice.pos_min_thold, alice.chosen, alice.n_past) == (27, 0, (0, 22, 23), 22)
+assert bob.n_held == 34 and alice.n_held == 34 and eng.memory.info.n_swa == 512
+checkpoints.figure(eng, [1, 3])"""),
     md("""## What the server would report
 
 `/slots` (spec 8.1) and the `/metrics` counters: how many prompt tokens were reused from a slot or the
@@ -61,8 +130,18 @@ for s in eng.slots_json():
     print(json.dumps({k: s.get(k) for k in ("id", "n_ctx", "is_processing", "id_task", "n_prompt_tokens")}))
 m = eng.metrics
 print(f"prompt tokens reused {m.prompt_tokens_cached_total}, processed {m.prompt_tokens_total}, hit rate {m.hit_rate:.1%}")
-assert m.prompt_tokens_cached_total == sum(r["timings"]["cache_n"] for r in (r_a1, r_b1, r_c, r_a2))"""),
-    md("""## Live mode
+assert m.prompt_tokens_cached_total == sum(r["timings"]["cache_n"] for r in (r_a1, r_b1, r_c, r_a2)) == 22
+assert m.prompt_tokens_total == 85 and f"{m.hit_rate:.1%}" == "20.6%"
+assert [s["n_ctx"] for s in eng.slots_json()] == [8192] * 4 and eng.slots_json()[1]["n_prompt_tokens"] == 52
+allocs = [(e.data["entry_id"], e.data["n_tokens"], e.data["id_slot"]) for e in eng.events.log if e.kind == "cache_alloc"]
+print("RAM cache entries saved so far (entry, tokens, from slot):", allocs)
+assert allocs == [(0, 34, 3), (1, 31, 3), (2, 16, 2)]"""),
+    md("""Slot 1 holds Alice's 52 tokens, and the other slots hold none. After each launch the server saves
+the other idle slots to the RAM cache and clears them (idle-slot caching, spec 1.6). Bob's prompt
+(entry #1) and Carol's (entry #2) now live in the cache, and Alice's first prompt (entry #0) left it
+when it was restored.
+
+## Live mode
 So far every request ran inside the cell that sent it (step mode: deterministic, what nbval checks).
 With `eng.start()` the engine runs in a background thread, as the server's main loop does, and the
 panel above redraws up to ten times a second while the requests run (scroll up and watch it).
@@ -76,11 +155,30 @@ eng.resume()"""),
     code("""for t in tasks:
     print(summary(t.wait(300)))
 eng.stop()
-assert sorted(t.result["id_slot"] for t in tasks) == sorted(set(t.result["id_slot"] for t in tasks))  # three slots at once"""),
+rows = [(t.id, t.result["id_slot"], checkpoints.rewind(eng, t.id)) for t in tasks]
+for tid, slot, r in rows:
+    print(f"task {tid}, slot {slot}: common prefix {r.lcp} of {r.n_held} held, checkpoints end at "
+          f"{[c[1] for c in r.checkpoints]} -> cache_n {r.n_past}")
+assert [(t.result["id_slot"], t.result["timings"]["prompt_n"], t.result["tokens_cached"]) for t in tasks] == \\
+    [(1, 24, 71), (0, 24, 71), (3, 23, 70)]                                     # three slots at once
+assert [(tid, r.lcp, r.n_held, [c[1] for c in r.checkpoints], r.n_past, r.chosen) for tid, _, r in rows] == [
+    (4, 15, 52, [22, 21, 40], 0, None), (5, 15, 31, [19], 0, None), (6, 15, 52, [22, 21, 40], 0, None)]"""),
+    md("""Each of the three shares the same 15 tokens (the system prompt and `User`) with what it found: Dmitri with Alice's
+conversation in slot 1, Erin and Farah with RAM entries restored into empty slots (Bob's, and Alice's
+saved once more). All three got `cache_n` 0, for the same reason as Bob. The cut-back goes to 15, the
+threshold is 0, and every checkpoint ends at 19 or later. Only a checkpoint at or before the end of
+the shared system prompt would help, and the server takes none there (on chat requests it does take
+one at each user-message start: notebook 06). `--swa-full` avoids the rule altogether.
+
+## The whole run, as the panel draws it"""),
+    code("""from slotlab.panel.static import panel_image
+panel_image(eng)"""),
     md("""## Try this
 1. Re-create the engine with `"-c 8192 -sps 0"` (similarity selection off) and replay the four
    requests: which slots change, and does Alice still reuse her prefix (through the RAM cache)?
-2. Use `"-np 2 -c 8192"` (two slots, **not** unified): idle slots keep their KV instead of being saved
+2. Add `--swa-full` and replay: how many tokens do Bob and Alice reuse now, and why? Does the RAM
+   cache still matter?
+3. Use `"-np 2 -c 8192"` (two slots, **not** unified): idle slots keep their KV instead of being saved
    and cleared after each launch. Compare `cache_n` and the event log.
-3. Open the panel's *events* tab and filter on `cache_evict`: why was each entry removed?"""),
+4. Open the panel's *events* tab and filter on `cache_evict`: why was each entry removed?"""),
 ]

@@ -8,26 +8,40 @@ CELLS = [
     md("""# 04 · `--cache-reuse`: shifting KV chunks instead of recomputing them
 
 After the common prefix, llama-server looks for chunks of the slot's old tokens that reappear later in
-the new prompt (at least `--cache-reuse N` tokens long), deletes what is in between and **shifts** the
-chunk down with `llama_memory_seq_add` (spec 3.4). The llama.cpp docs illustrate it with letters:
-cache `AAABCCCC`, new prompt `AAACCCC` → keep `AAA`, drop `B`, shift `CCCC` left."""),
+the new prompt (at least `--cache-reuse N` tokens long). It deletes what lies in between and **shifts**
+each chunk down with `llama_memory_seq_add` (spec 3.4). The llama.cpp docs illustrate it with letters:
+cache `AAABCCCC`, new prompt `AAACCCC` → keep `AAA`, drop `B`, shift `CCCC` left. Below, `A`, `B` and
+`C` are three blocks of numbered sentences."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary
 block = lambda word, n: " ".join(f"{word} {i}." for i in range(n))
 A, B, C = block("alpha", 20), block("bravo", 20), block("charlie", 40)
 eng = Engine("-np 1 -c 4096 --swa-full --cache-reuse 16")
-print(summary(ask(eng, f"{A} {B} {C}", 2)))
+r0 = ask(eng, f"{A} {B} {C}", 2); print(summary(r0))
 r = ask(eng, f"{A} {C}", 2); print(summary(r))
 for e in eng.events.filter(["cache_reuse_shift"]):
     print(e.message)
 shifts = eng.slots[0].shifts
-assert len(shifts) == 1 and r["timings"]["cache_n"] > len(eng.model.tokenize(A))"""),
+assert (r0["timings"]["prompt_n"], r0["tokens_evaluated"], r0["tokens_cached"]) == (411, 411, 412)
+assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"], r["tokens_cached"]) == (320, 1, 321, 322)
+assert shifts == [(181, 411, 91, 321)] and shifts[0][1] - shifts[0][0] == 230"""),
     md("""`cache_n` now counts the common prefix **and** the shifted chunk: only the tokens after it are
-prefilled. The move `[a, b) -> [c, d)` always goes to lower positions: the prompt cursor never passes
-the cache cursor.
-
-## Why Gemma 3 needs `--swa-full`
-Gemma 3 uses sliding-window attention; without `--swa-full` its SWA cache only holds the last 512
+prefilled. The strip below shows the slot before the request and the new prompt. The common prefix
+`[0, 91)` (`A`) is kept. The cells `[91, 181)` (`B`) are removed with `seq_rm`. The chunk `[181, 411)`
+(`C`, 230 tokens) moves 90 positions down to `[91, 321)`, and the generated token at 411 is dropped. That
+covers all 321 prompt tokens. The server evaluates at least one token per request (spec 3.6), so
+`n_past` goes back to 320 and the last shifted token is prefilled again. The move `[a, b) -> [c, d)`
+always goes to lower positions, because the prompt cursor never passes the cache cursor."""),
+    code("""from slotlab.figures import token_strip
+from slotlab.figures.checkpoints import rewind
+p = rewind(eng, 1)
+print(f"slot held {p.n_held}, common prefix {p.lcp}, shifts {p.shifts}, n_past {p.n_past} of {p.n_prompt}")
+assert (p.n_held, p.lcp, p.shifts, p.n_past, p.n_prompt) == (412, 91, [(181, 411, 91, 321)], 320, 321)
+assert token_strip.segments(p) == ([(0, 91, "kept"), (91, 181, "dropped"), (181, 411, "chunk"), (411, 412, "dropped")],
+                                   [(0, 91, "kept"), (91, 320, "shifted"), (320, 321, "prefill")])
+token_strip.figure(eng, 1, title="AAABCCCC -> AAACCCC: A kept, B dropped, C shifted 90 positions down")"""),
+    md("""## Why Gemma 3 needs `--swa-full`
+Gemma 3 uses sliding-window attention. Without `--swa-full` its window cache only holds the last 512
 positions plus a batch, so it cannot be shifted (`llama_memory_can_shift` is false). The server then
 ignores `n_cache_reuse` with a warning:"""),
     code("""eng2 = Engine("-np 1 -c 4096 --cache-reuse 16", model=eng.model)
@@ -35,15 +49,35 @@ print("can_shift:", eng2.ctx.can_shift)
 ask(eng2, f"{A} {B} {C}", 2)
 r2 = ask(eng2, f"{A} {C}", 2, n_cache_reuse=16); print(summary(r2))
 print([e.message for e in eng2.events.log if e.kind == "cache_reuse_unsupported"])
-assert not eng2.ctx.can_shift and not eng2.slots[0].shifts"""),
-    md("""## What it saves
+assert not eng2.ctx.can_shift and not eng2.slots[0].shifts
+assert (r2["timings"]["cache_n"], r2["timings"]["prompt_n"], r2["tokens_evaluated"], r2["tokens_cached"]) == (0, 321, 321, 322)
+assert [e.message for e in eng2.events.log if e.kind == "cache_reuse_unsupported"] == \\
+    ["cache reuse is not supported - ignoring n_cache_reuse = 16"]"""),
+    md("""`cache_n` is 0: not even the 91 tokens of `A`, which the prompt shares at the start, are reused.
+Skipping the shift does not explain that. The cause is the [checkpoint rule](01-tour.ipynb#The-checkpoint-rule)
+of notebook 01. Keeping `A` means cutting the slot back to `pos_next` 91. With `n_swa` 512 the
+threshold `max(0, 91 - 512)` is 0, so the cut needs a checkpoint that ends at or before 91. The server
+took the slot's only checkpoint 4 tokens before the end of the 411-token prompt, at `pos_max` 406. None
+fits, and the whole prompt is re-processed:"""),
+    code("""from slotlab.figures import checkpoints
+k = checkpoints.rewind(eng2, 1)
+print(k.sentence())
+assert (k.lcp, k.pos_next, k.pos_min, k.pos_min_thold, k.checkpoints, k.chosen, k.n_past) == \\
+    (91, 91, 0, 0, [(0, 406, 407)], None, 0)
+assert k.n_held == 412 and eng2.memory.info.n_swa == 512
+checkpoints.figure(eng2, [1])"""),
+    md("""With `--swa-full` the window cache spans the whole context: `n_swa` counts as 0, the threshold is
+`pos_next` itself, and the slot can be cut back anywhere without a checkpoint. That is why the first
+engine kept `A` *and* could shift `C`.
+
+## What it saves
 Same two requests with and without `--cache-reuse`, on `--swa-full`:"""),
     code("""eng3 = Engine("-np 1 -c 4096 --swa-full", model=eng.model)
 ask(eng3, f"{A} {B} {C}", 2)
 r3 = ask(eng3, f"{A} {C}", 2)
 saved = r3["timings"]["prompt_n"] - r["timings"]["prompt_n"]
 print(f"prefill without reuse: {r3['timings']['prompt_n']} tokens, with reuse: {r['timings']['prompt_n']} -> {saved} tokens saved")
-assert saved > 0"""),
+assert r3["timings"]["cache_n"] == 91 and r3["timings"]["prompt_n"] == 230 and saved == 229"""),
     md("""## Try this
 1. Insert a chunk instead of deleting one (`A C` then `A B C`): nothing can be shifted up.
 2. Raise `--cache-reuse` above the chunk length: the chunk is no longer reused.
