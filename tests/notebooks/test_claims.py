@@ -37,6 +37,16 @@ def _sanitizers() -> list[re.Pattern]:
 
 
 SANITIZE = _sanitizers()
+#: chapters whose second edition (issue 16) has not landed yet: their checks are expected to fail, and
+#: strictly so: once a chapter passes, the xfail fails and the entry must go
+PENDING = {"05", "07"}
+
+
+def _marks(path: Path):
+    return [pytest.mark.xfail(strict=True, reason="second edition pending (issue 16)")] if path.name[:2] in PENDING else []
+
+
+CASES = [pytest.param(p, id=p.name[:2], marks=_marks(p)) for p in NB]
 
 
 def figures(text: str) -> set[str]:
@@ -108,13 +118,13 @@ def unasserted(path: Path) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("path", NB, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", CASES)
 def test_every_printed_figure_is_asserted_in_its_cell(path):
     problems = unasserted(path)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", NB, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", CASES)
 def test_every_notebook_commits_a_picture(path):
     nb = nbformat.read(path, 4)
     pictures = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
