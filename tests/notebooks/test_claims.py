@@ -111,8 +111,6 @@ def unasserted(path: Path) -> list[str]:
         missing = printed - asserted(c)
         if WAIVER.search(c.source):
             missing &= prose
-        else:
-            missing |= set()
         if missing:
             problems.append(f"cell {i}: printed but not asserted: {', '.join(sorted(missing, key=float))}")
     return problems
