@@ -86,11 +86,12 @@ fig.show()""", ignore=True),
 Each cell is one request under one setting, coloured by the origin of the tokens it reused (kept in
 its slot, or loaded from a RAM-cache entry) or, for a miss, by the cause `slotlab.explain` gives (the
 same as `slotlab replay --why`); the number is its `cache_n`."""),
-    code("""from slotlab.figures.reuse_heatmap import heatmap_image, outcomes
+    code("""from collections import Counter
+from slotlab.figures.reuse_heatmap import heatmap_image, outcomes
 cells = {name: outcomes(eng) for name, eng in engines.items()}
 for name, outs in cells.items():
-    print(f"{name:32s}", " ".join(f"{o.category[:13]:13s}" for o in outs))
-# not asserted: the grid above is the picture's data; the asserts below hold what the text cites
+    print(f"{name:32s}", ", ".join(f"{k} {v}" for k, v in Counter(o.category for o in outs).most_common()))
+# not asserted: the counts above are the picture's data; the asserts below hold what the text cites
 assert [o.category for o in cells["defaults (-np auto, unified)"][1:4]] == ["no_checkpoint"] * 3
 assert {o.category for o in cells["-np 2 -sps 0 (not unified)"] if o.cache_n} == {"RAM-cache hit"}
 assert [o.cache_n for o in cells["--swa-full"]] == [0] + [320] * 7 + [0] + [320] * 4

@@ -212,12 +212,14 @@ def migration_figure(events, names: dict | None = None, *, title: str | None = N
     name. `width` in inches (default: about one per request, at least 9)."""
     tl = events if isinstance(events, Timeline) else timeline(events, names)
     n_req = max(1, len(tl.requests))
-    width = width or max(9.0, 1.0 * n_req)
+    width = width or max(9.0, 1.0 * (n_req + 1))
     rows = tl.n_slots + (tl.n_lanes + 1 if tl.n_lanes else 0)
     fig, ax = png.new(width, 1.0 + 0.42 * max(2, rows))
     convs = list(dict.fromkeys([sp.conv for sp in tl.slots] + [sp.conv for sp in tl.entries]))
     color = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(convs)}
-    end_x = float(n_req)
+    # one more column after the last request: what is still held at the end (slots, RAM entries saved by
+    # the last launch) gets room for its bar and label instead of a sliver at the right edge
+    end_x = float(n_req) + 1.0
     y_entry0 = tl.n_slots + 1  # first entry lane (one empty row between slots and entries)
 
     def bar(y, sp, *, hatch=None, label=""):
@@ -243,6 +245,7 @@ def migration_figure(events, names: dict | None = None, *, title: str | None = N
         ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="-|>", color=c, lw=1.6, shrinkA=0, shrinkB=0))
     for k in range(n_req + 1):
         ax.axvline(k, color="#e5e5e5", lw=0.8, zorder=0)
+    ax.text(n_req + 0.5, -0.55, "held at\nthe end", ha="center", va="bottom", fontsize=7, color="#666")
     if tl.n_lanes:
         ax.axhline(tl.n_slots + 0.5, color="#999", lw=0.8, ls="--")
     ticks = list(range(tl.n_slots)) + [y_entry0 + i for i in range(tl.n_lanes)]
