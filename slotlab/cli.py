@@ -187,11 +187,11 @@ def cmd_serve(argv: list[str]) -> int:
               "llama.cpp's llama-server is accepted, and its LLAMA_ARG_* environment variables are read; flags "
               "of features slotlab does not model are listed at start with what answers not_supported_error.")
         return 0
-    import uvicorn
-
     from slotlab.engine.params import ServerParams
     from slotlab.engine.scheduler import Engine
     from slotlab.serve import build_app
+    from slotlab.serve.gcp import GcpParams
+    from slotlab.serve.listen import bind_all, run_uvicorn
 
     params = ServerParams.from_args(argv, env=os.environ)  # LLAMA_ARG_* as llama-server reads them
     for note in params.notes:
@@ -205,36 +205,81 @@ def cmd_serve(argv: list[str]) -> int:
             print("warning: no usable GPU found, --gpu-layers option will be ignored", file=sys.stderr)
             params = params.replace(n_gpu_layers=0)
     eng = Engine(params)
-    log = _serve_log_file(params, eng) if params.log_file else None
+    log = _serve_log(params, eng)
     eng.start()
+    port = params.port
+    gcp = GcpParams()
+    if gcp.enabled:  # server_http_context::init: AIP_HTTP_PORT wins over --port
+        log.srv_line("TRC", "init", f"Google Cloud Platform compat: health route = {gcp.path_health}, predict route "
+                     f"= {gcp.path_predict}, port = {gcp.port}")
+        if port != gcp.port:
+            log.srv_line("WRN", "init", f"Google Cloud Platform compat: overriding server port {port} with "
+                         f"AIP_HTTP_PORT {gcp.port}")
+        port = gcp.port
+    try:  # every --host address, as llama-server listens (slotlab/serve/listen.py)
+        socks, addresses = bind_all(params.hostnames, port)
+    except BaseException:
+        eng.stop()
+        raise
     print(f"slotlab serve: {len(eng.slots)} slots, n_ctx_slot {eng.n_ctx_slot}, listening on "
-          f"http://{params.host}:{params.port}", file=sys.stderr, flush=True)
-    if log:
-        log.srv_line("INF", "llama_server", f"listening on http://{params.host}:{params.port}")
+          f"{', '.join(addresses)}", file=sys.stderr, flush=True)
+    for address in addresses:
+        log.srv_line("INF", "llama_server", f"listening on {address}")
     level = "info" if params.verbosity >= 4 else "warning"
     try:
-        uvicorn.run(build_app(eng), host=params.host, port=params.port, log_level=level, lifespan="off")
+        run_uvicorn(build_app(eng), socks, log_level=level)
     finally:
         eng.stop()
-        if log:
-            log.out.close()
+        log.out.close()
     return 0
 
 
-def _serve_log_file(params, eng):
-    """--log-file: the server's log lines (the format `slotlab watch --log` reads, as
-    slotlab.watch.serve_log prints them) written to the file, truncated first like common_log_set_file
-    does, at the -lv threshold."""
+class _LogOut:
+    """Where the server's log goes: stderr, and the --log-file too when one is given (common_log
+    prints every entry to the console and to its file)."""
+
+    def __init__(self, *files):
+        self.files = files
+
+    def write(self, text: str) -> None:
+        for f in self.files:
+            f.write(text)
+
+    def flush(self) -> None:
+        for f in self.files:
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            if f not in (sys.stderr, sys.stdout):
+                f.close()
+
+
+def _serve_log(params, eng):
+    """The server's log lines (the format `slotlab watch --log` reads, as slotlab.watch.serve_log
+    prints them) at the -lv threshold, on stderr as llama-server prints them and, with --log-file, in
+    that file too (truncated first, like common_log_set_file). Lines the engine has no event for are
+    written here: the start-up lines, `model loaded`, `listening on`."""
     from slotlab.watch.serve_log import LogWriter, startup_lines
 
     from slotlab.errors import ConfigError
 
-    try:
-        out = open(params.log_file, "w", encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"--log-file: cannot open {params.log_file!r}: {e.strerror}") from None
-    w = LogWriter(out, verbosity=params.verbosity)
+    files = [sys.stderr]
+    if params.log_file:
+        try:
+            files.append(open(params.log_file, "w", encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"--log-file: cannot open {params.log_file!r}: {e.strerror}") from None
+    w = LogWriter(_LogOut(*files), verbosity=params.verbosity)
     startup_lines(w, eng)
+    if params.cache_idle_slots_effective:  # server_context::init (server-context.cpp)
+        unified = bool(getattr(eng.params, "kv_unified", False))
+        for ev in eng.events.log:
+            if ev.kind == "init":
+                unified = bool(ev.data.get("kv_unified", unified))
+        w.srv_line("TRC", "init", "idle slots will be saved to prompt cache"
+                   + (" and cleared upon starting a new task" if unified else " upon starting a new task"))
+        w.srv_line("DBG", "init", "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
     eng.events.subscribe(w.event)
     w.srv_line("INF", "llama_server", "model loaded")
     return w

@@ -610,9 +610,11 @@ class ServerCore:
         if n_prompt:
             seqs = b.seq[off:off + n][prompt_mask]
             counts = np.bincount(seqs, minlength=len(self.slots))
+            t_now = now_us()
             for s in self.slots:
                 if counts[s.id] and s.stats.is_set():
                     s.stats.n_prompt_processed += int(counts[s.id])
+                    s.stats.t_prompt_last = t_now  # set_prompt_last: prompt timing advances per batch
             m.prompt_tokens_total += n_prompt
             m.prompt_seconds_total += dt
         self.emit(T.DECODE, "", off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3)

@@ -69,8 +69,6 @@ UNMODELLED: dict[str, str] = {
     "--context-shift": "context shift is not modelled: a generation that fills the slot's context stops there "
                        "(as with --no-context-shift) instead of discarding old tokens",
     "--models-max": _ROUTER, "--models-autoload": _ROUTER,
-    "--sleep-idle-seconds": "sleep mode is not modelled: slotlab keeps the model loaded; /props reports "
-                            "is_sleeping false",
     "--spm-infill": "/infill is not modelled (it answers not_supported_error)",
     "--lookup-cache-static": _SPEC, "--lookup-cache-dynamic": _SPEC, "--spec-default": _SPEC,
     "--spec-synth-len": _SPEC, "--spec-synth-rates": _SPEC,

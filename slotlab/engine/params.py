@@ -57,7 +57,7 @@ class ServerParams:
     draft_max: int = 3  # --spec-draft-n-max (common_params_speculative_draft::n_max)
     draft_min: int = 0  # --spec-draft-n-min
     spec_type: str = "none"  # --spec-type: slotlab models "draft-simple" (with -md) and "none"
-    verbosity: int = 3  # -lv; -v = 4 (TRC)
+    verbosity: int = 3  # -lv; -v = INT_MAX (DBG lines too)
     # slotlab's extension, opt-in: --slot-appendices appends the slot's context checkpoints (SCKP) and draft
     # state (SDFT) to slot files and reads them back on restore. Off (the default, --no-slot-appendices),
     # slot files are written and read exactly as llama-server does: no checkpoints travel with them.
@@ -65,6 +65,7 @@ class ServerParams:
     # the HTTP front (`slotlab serve`)
     host: str = "127.0.0.1"  # --host
     port: int = 8080  # --port
+    sleep_idle_seconds: int = -1  # --sleep-idle-seconds (slotlab/serve/sleep.py; -1: never)
     api_key: str | None = None  # --api-key
     metrics: bool = False  # --metrics
     slots_endpoint: bool = True  # --slots / --no-slots
@@ -264,6 +265,12 @@ class ServerParams:
         """One line per flag given for a feature slotlab does not model: which endpoints or fields
         answer not_supported_error (or what behaves otherwise). `slotlab serve` prints them at start."""
         return list(self.unsupported)
+
+    @property
+    def hostnames(self) -> tuple[str, ...]:
+        """The addresses --host names (llama-server listens on each: TCP, or a UNIX socket for a path
+        ending in .sock)."""
+        return tuple(h for h in self.host.split(",") if h)
 
     def replace(self, **kw) -> "ServerParams":
         return dataclasses.replace(self, explicit=self.explicit | set(kw), **kw)
@@ -712,8 +719,18 @@ _flag("draft_min", "--draft-min --draft-n-min --spec-draft-n-min", _int)
 _flag("spec_type", "--spec-type", str)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
 _switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only (opt-in extension)
-FLAGS["-v"] = FLAGS["--verbose"] = FLAGS["--log-verbose"] = ("verbosity", 4)  # a switch that sets a value
-_flag("host", "--host", str)
+FLAGS["-v"] = FLAGS["--verbose"] = FLAGS["--log-verbose"] = ("verbosity", 2**31 - 1)  # arg.cpp: INT_MAX (every line, DBG too)
+def _host(value: str) -> str:
+    """arg.cpp --host: comma-separated addresses (parse_csv_row, each stripped, empties dropped); at least
+    one. Kept as one comma-joined string; ServerParams.hostnames is the list the server listens on."""
+    hosts = [h.strip() for h in _csv_row(value) if h.strip()]
+    if not hosts:
+        raise V.BadValue("--host requires at least one address")
+    return ",".join(hosts)
+
+
+_flag("host", "--host", _host)
+_flag("sleep_idle_seconds", "--sleep-idle-seconds", _int)
 _flag("port", "--port", _int)
 _flag("api_key", "--api-key", _Acc(_h_api_key))
 _flag("api_keys", "--api-key-file", _Acc(_h_api_key_file))

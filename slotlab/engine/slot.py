@@ -102,6 +102,7 @@ class Slot:
     def reset(self) -> None:
         """`server_slot::reset` at release: stats zeroed, task moved to task_prev."""
         self.stats = SlotStats()
+        self.n_predict_max = -1  # server_slot::reset: an idle slot's n_remain is -1 (/slots next_token)
         self.generated = []
         self.truncated = False
         self.stop = "none"

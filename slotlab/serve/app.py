@@ -9,25 +9,33 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import math
 import threading
 import time
 import uuid
 
+import numpy as np
+
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from slotlab.engine import event_types as T
 from slotlab.engine.metrics import Metrics
 from slotlab.engine.slot_actions import check_slot_action
+from slotlab.serve import anthropic as A
+from slotlab.serve import responses as R
 from slotlab.serve import errors as E
 from slotlab.serve import fields
 from slotlab.serve import info
 from slotlab.serve import nljson as J
 from slotlab.serve import prompts as P
 from slotlab.serve.cors import Cors
+from slotlab.serve.gcp import GcpParams, predict_endpoint
+from slotlab.serve.sleep import BYPASS, Sleep
+from slotlab.serve.stream import Streamer, TextSender
 from slotlab.serve import sampling as smp
 from slotlab.serve.chat import ChatTemplate, ChatTemplateError
 from slotlab.serve.chat_request import ChatRequestError
@@ -36,7 +44,7 @@ SUPPORTED = {"prompt", "n_predict", "max_tokens", "temperature", "seed", "ignore
              "n_cache_reuse", "stream", "return_progress", "message_delimiters", "stop", "model", "messages", "n",
              "stream_options", "user"} | smp.CHAIN_FIELDS | {"top_logprobs", "response_format", "n_cmpl"}
 # fields of the server's API that slotlab does not model: an error, never silence
-NOT_SUPPORTED = {"lora", "image_data", "multimodal_data", "tools", "tool_choice", "n_keep", "n_discard",
+NOT_SUPPORTED = {"lora", "image_data", "multimodal_data", "n_keep", "n_discard",
                  "t_max_predict_ms", "n_indent", "suffix", "input_extra", "echo", "best_of"}
 
 
@@ -55,9 +63,31 @@ class Api:
         self.p = engine.params
         self.chat = ChatTemplate(engine.model, engine.params)
         self.t0 = time.time()
-        self._scrape = Metrics()  # the metrics at the last /metrics scrape (rate windows)
+        # the metrics at the last /metrics scrape (rate windows): (Metrics, predict seconds, predict steps)
+        self._scrape = (Metrics(), 0.0, 0)
+        # metrics_on_prediction: the generation time and decode steps of every slot released with tokens
+        # (the first token is free: steps = n_gen - 1), accumulated as the server's `predict` bucket
+        self._predict = [0, 0]  # [microseconds, steps], written in the engine thread under its lock
+        engine.events.subscribe(self._on_event)
+        self._eog: list[int] | None = None  # the model's end-of-generation tokens (ignore_eos biases)
+        self.sleep = Sleep(engine, int(getattr(self.p, "sleep_idle_seconds", -1)),  # --sleep-idle-seconds
+                           picture=self.picture)
 
     # ---------------------------------------------------------------- helpers
+
+    def _on_event(self, ev) -> None:
+        if ev.kind == T.SLOT_RELEASE and ev.slot >= 0:  # callback_on_reset: before the slot's stats go
+            st = self.engine.core.slots[ev.slot].stats
+            if st.n_gen > 0:
+                t_us = 0 if st.t_gen_last == 0 else max(1, st.t_gen_last - st.t_prompt_last)
+                self._predict[0] += t_us
+                self._predict[1] += max(0, st.n_gen - 1)
+
+    def picture(self, core) -> tuple:
+        """What /metrics reads, taken under the engine's lock: (Metrics, requests processing, requests
+        deferred, generation seconds, generation decode steps)."""
+        return (dataclasses.replace(core.metrics), sum(1 for s in core.slots if s.is_processing),
+                len(core.tq.deferred), self._predict[0] / 1e6, self._predict[1])
 
     def _check_fields(self, body: dict):
         bad = sorted(k for k in body if k in NOT_SUPPORTED and body[k] not in (None, False, [], {}))
@@ -89,6 +119,7 @@ class Api:
 
     def _submit(self, body: dict, tokens, on_token=None, sampling=None, values=None):
         v = values if values is not None else self._values(body)[0]
+        self.sleep.touch()
         task = self.engine.submit(
             tokens, n_predict=v["n_predict"], id_slot=v["id_slot"],
             cache_prompt=body.get("cache_prompt"), n_cache_reuse=body.get("n_cache_reuse"),
@@ -105,23 +136,44 @@ class Api:
             extra = {"n_prompt_tokens": task.n_tokens, "n_ctx": self.engine.n_ctx_slot}
         return error(e.code, e.message, e.type, **extra)
 
+    def _text(self, task) -> TextSender:
+        """The generated text as the server builds it token by token (process_token: pieces without
+        special tokens, cut at a stop string), with its stopping_word and has_new_line."""
+        if getattr(task, "text", None) is None:
+            task.text = TextSender.replay(self.engine.model, task.result["tokens"], task.values.get("stop") or ())
+        return task.text
+
     def _final_json(self, task) -> dict:
         r = task.result
+        text = self._text(task)
         stop_type = r["stop_type"]
         v = getattr(task, "values", None) or {}
         out = {
-            "index": task.index, "content": r["content"],
+            "index": task.index, "content": text.content,
             "tokens": r["tokens"] if v.get("return_tokens") else [], "id_slot": r["id_slot"], "stop": True,
             "model": self.model_name(), "tokens_predicted": r["tokens_predicted"],
-            "tokens_evaluated": r["tokens_evaluated"], "generation_settings": info.finite(info.task_params_json(v)),
-            "prompt": self.engine.model.detokenize(task.tokens), "has_new_line": "\n" in r["content"],
-            "truncated": r["truncated"], "stop_type": stop_type, "stopping_word": "", "tokens_cached": r["tokens_cached"],
+            "tokens_evaluated": r["tokens_evaluated"],
+            "generation_settings": info.finite(info.task_params_json({**v, "logit_bias": self._logit_bias_json(task)})),
+            "prompt": self.engine.model.detokenize(task.tokens), "has_new_line": text.has_new_line,
+            "truncated": r["truncated"], "stop_type": stop_type, "stopping_word": text.stopping_word, "tokens_cached": r["tokens_cached"],
             "timings": r["timings"],
         }
         self._add_probs(out, task, "completion", stream=False)
         if v.get("response_fields"):
             return info.json_nested(v["response_fields"], out)
         return out
+
+    def _logit_bias_json(self, task) -> list[dict]:
+        """task_params::format_logit_bias: the request's biases, then (ignore_eos) every end-of-generation
+        token at -inf (the ignore_eos field handler appends logit_bias_eog), as float32 values."""
+        sp = task.params.sampling
+        lb = [(int(t), float(b)) for t, b in (sp.logit_bias if sp is not None else ())]
+        if getattr(task, "values", {}).get("ignore_eos"):
+            if self._eog is None:
+                m = self.engine.model
+                self._eog = [t for t in range(m.n_vocab) if m.is_eog(t)]
+            lb += [(t, -math.inf) for t in self._eog]
+        return [{"bias": float(np.float32(b)), "token": t} for t, b in lb]
 
     def _add_probs(self, out: dict, task, kind: str, stream: bool) -> None:
         """completion_probabilities / OpenAI logprobs of a final response (not when streamed)."""
@@ -151,7 +203,9 @@ class Api:
         return JSONResponse({"status": "ok"})
 
     async def props(self, request: Request):
-        return JSONResponse(info.props_json(self.engine, self.chat, self.p, self.model_name()))
+        props = info.props_json(self.engine, self.chat, self.p, self.model_name())
+        props["is_sleeping"] = self.sleep.sleeping
+        return JSONResponse(props)
 
     async def post_props(self, request: Request):
         """POST /props: with --props the server accepts it and changes nothing (SC:4797-4807)."""
@@ -192,6 +246,7 @@ class Api:
         filename = None
         if action != "erase":  # json::parse and at("filename") outside any try: JSON errors are 500s
             filename = J.get_str(J.at(J.parse(await request.body()), "filename"))
+        self.sleep.touch()
         task = self.engine.slot_action(action, id_slot, filename)
         await self._await(request, task)
         if task.error is not None:
@@ -232,19 +287,17 @@ class Api:
             return error(501, "This server does not support metrics endpoint. Start it with `--metrics`",
                          "not_supported_error")
         def picture():
+            if self.sleep.sleeping and self.sleep.snapshot is not None:
+                return self.sleep.snapshot  # served from the snapshot taken on entering sleep
             with self.engine.locked() as core:  # one consistent picture, no step in between
-                return (dataclasses.replace(core.metrics), sum(1 for s in core.slots if s.is_processing),
-                        len(core.tq.deferred))
+                return self.picture(core)
 
-        m, busy, n_deferred = await run_in_threadpool(picture)
+        m, busy, n_deferred, pred_s, steps = await run_in_threadpool(picture)
         # the rate gauges are averaged over the window since the last scrape, as the server's buckets
-        prev, self._scrape = self._scrape, m
+        (prev, prev_pred_s, prev_steps), self._scrape = self._scrape, (m, pred_s, steps)
         d_prompt = m.prompt_tokens_total - prev.prompt_tokens_total
         d_prompt_s = m.prompt_seconds_total - prev.prompt_seconds_total
-        pred_s = getattr(m, "tokens_predicted_seconds_total", 0.0)
-        steps = getattr(m, "tokens_predicted_steps_total", 0)
-        d_pred_s = pred_s - getattr(prev, "tokens_predicted_seconds_total", 0.0)
-        d_steps = steps - getattr(prev, "tokens_predicted_steps_total", 0)
+        d_pred_s, d_steps = pred_s - prev_pred_s, steps - prev_steps
         text = info.metrics_text({
             "prompt_tokens_total": m.prompt_tokens_total, "prompt_tokens_cached_total": m.prompt_tokens_cached_total,
             "prompt_seconds_total": m.prompt_seconds_total, "tokens_predicted_total": m.tokens_predicted_total,
@@ -292,9 +345,20 @@ class Api:
         return await self._run(request, await self._json(request), None, kind="oai_text")
 
     async def v1_chat(self, request: Request):
+        return await self._chat(request, await self._json(request), "oai_chat")
+
+    async def v1_messages(self, request: Request):
+        """/v1/messages: Anthropic's request as an OpenAI chat request (slotlab.serve.anthropic)."""
+        body = await self._json(request)
+        try:
+            body = A.to_oai(body if isinstance(body, dict) else {})
+        except RuntimeError as ex:
+            raise E.ServerError(str(ex)) from None
+        return await self._chat(request, body, "anthropic")
+
+    async def _chat(self, request: Request, body, kind: str):
         """oaicompat_chat_params_parse, then the completion path. Its runtime errors are 500s and its
         invalid_argument ones 400s, as the route wrapper answers them (SRV:54-86)."""
-        body = await self._json(request)
         if not isinstance(body, dict):
             body = {}  # json_value / contains on a non-object find nothing: "'messages' is required"
         if body.get("json_schema") is not None and J.json_value(body, "grammar", "", J.get_str):
@@ -309,7 +373,7 @@ class Api:
             raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
         body = dict(body)
         body.setdefault("message_delimiters", self.chat.delimiters())
-        return await self._run(request, body, prompt, kind="oai_chat")
+        return await self._run(request, body, prompt, kind=kind)
 
     async def apply_template(self, request: Request):
         """`/apply-template`: the chat path's prompt without inference (post_apply_template runs
@@ -325,6 +389,46 @@ class Api:
             raise E.ServerError(str(ex)) from None
         return JSONResponse({"prompt": prompt})
 
+    async def input_tokens(self, request: Request):
+        return await self._count_tokens(await self._json(request))
+
+    async def v1_responses(self, request: Request):
+        """/v1/responses: OpenAI's Responses request as a chat request (slotlab.serve.responses)."""
+        return await self._chat(request, self._responses_body(await self._json(request)), "responses")
+
+    async def responses_input_tokens(self, request: Request):
+        return await self._count_tokens(self._responses_body(await self._json(request)))
+
+    @staticmethod
+    def _responses_body(body) -> dict:
+        try:
+            return R.to_chat(body if isinstance(body, dict) else {})
+        except R.ResponsesError as ex:
+            raise E.InvalidRequest(str(ex)) from None
+
+    async def anthropic_count_tokens(self, request: Request):
+        body = await self._json(request)
+        try:
+            body = A.to_oai(body if isinstance(body, dict) else {})
+        except RuntimeError as ex:
+            raise E.ServerError(str(ex)) from None
+        return await self._count_tokens(body)
+
+    async def _count_tokens(self, body):
+        """handle_count_tokens (/chat/completions/input_tokens, /v1/messages/count_tokens): the chat
+        path's prompt, tokenized as the completion path tokenizes it (specials added and parsed)."""
+        if not isinstance(body, dict):
+            body = {}
+        try:
+            prompt = await run_in_threadpool(self.chat.apply_request, smp.chat_fields(body))
+        except ChatRequestError as ex:
+            raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
+        except ChatTemplateError as ex:
+            raise E.ServerError(str(ex)) from None
+        except ValueError as ex:
+            raise E.InvalidRequest(str(ex)) from None
+        return JSONResponse({"input_tokens": int(len(self._prompt_tokens(prompt)))})
+
     async def _run(self, request: Request, body: dict, prompt, kind: str):
         inputs, values, body = self._fields(body, prompt)  # body: normalized (converted, nulls dropped)
         bad = self._check_fields(body)
@@ -335,141 +439,93 @@ class Api:
         except ValueError as ex:
             raise E.InvalidRequest(str(ex)) from None
         n_cmpl = values["n_cmpl"]
-        tokens = inputs[0]
         stream = values["stream"]
-        if (n_cmpl > 1 or len(inputs) > 1) and stream:
-            return not_supported("streaming with n > 1 or several prompts")
-        if not stream:
-            tasks = []
-            try:  # prompt i, choice j: the server's task i and its child j (seed + j when one is set)
+        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}" if kind != "completion" else None  # gen_chatcmplid
+        streamer = Streamer(self, kind, cid) if stream else None
+        tasks = []
+        try:  # prompt i, choice j: the server's task i and its child j (seed + j when one is set)
+            with self.engine.locked():  # no step before the streamer follows every task
+                if streamer is not None:
+                    streamer.subscribe()
                 for i, toks in enumerate(inputs):
                     for j in range(n_cmpl):
                         bj = smp.child_body(body, j)
                         vj = values if j == 0 else dict(values, seed=bj.get("seed", values["seed"]))
                         t = self._submit(bj, toks, values=vj,
-                                         sampling=sampling if j == 0 else smp.sampling_params(bj, self.engine.model))
+                                         sampling=sampling if j == 0 else smp.sampling_params(bj, self.engine.model),
+                                         on_token=streamer.on_token if streamer is not None else None)
                         t.index = i * n_cmpl + j
                         tasks.append(t)
-            except Exception as ex:
-                for t in tasks:
-                    self.engine.cancel(t)
-                raise E.InvalidRequest(str(ex)) from ex
-            for t in tasks:
-                await self._await(request, t)
-            for t in tasks:
-                if t.error is not None:
-                    return self._task_error(t)
-            outs = [self._shape_final(t, kind) for t in tasks]
-            if len(outs) == 1:
-                return JSONResponse(outs[0])
-            if kind == "completion":
-                return JSONResponse(outs)  # multi-results, non-OAI: an array
-            for o in outs[1:]:
-                outs[0]["choices"].append(o["choices"][0])
-            return JSONResponse(outs[0])
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue = asyncio.Queue()
-        model = self.engine.model
-
-        def on_token(task, tok):
-            probs = task.token_probs[-1] if task.token_probs else None  # appended just before this call
-            loop.call_soon_threadsafe(q.put_nowait, ("tok", (tok, probs)))
-
-        try:
-            task = self._submit(body, tokens, on_token=on_token, sampling=sampling, values=values)
+                        if streamer is not None:
+                            streamer.watch(t)
         except Exception as ex:
+            for t in tasks:
+                self.engine.cancel(t)
+            if streamer is not None:
+                streamer.close()
             raise E.InvalidRequest(str(ex)) from ex
-        task.add_done_callback(lambda t: loop.call_soon_threadsafe(q.put_nowait, ("done", None)))
-        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}" if kind != "completion" else None
-
-        async def events():
-            pending = b""
-            first = True
-            try:
-                if kind == "completion" and body.get("return_progress"):
-                    yield _sse({"content": "", "stop": False, "prompt_progress": {"total": int(len(tokens))}})
-                while True:
-                    what, item = await q.get()
-                    if what == "done":
-                        break
-                    tok, probs = item
-                    pending += model.token_to_piece(tok)
-                    try:
-                        text = pending.decode("utf-8")
-                    except UnicodeDecodeError:
-                        continue  # wait for the rest of a multi-byte character
-                    pending = b""
-                    chunk = self._shape_chunk(text, kind, cid)
-                    if probs is not None:  # the partial result's prob_output: this token's
-                        js = smp.probs_json(model, [probs], task.params.sampling.post_sampling_probs)
-                        if kind == "completion":
-                            chunk["completion_probabilities"] = js
-                        else:
-                            chunk["choices"][0]["logprobs"] = {"content": js}
-                    if first and kind == "oai_chat":
-                        chunk["choices"][0]["delta"]["role"] = "assistant"  # as OpenAI's first delta
-                    first = False
-                    yield _sse(chunk)
-                if task.error is not None:
-                    yield _sse({"error": task.error.to_json()})
-                else:
-                    final = self._shape_final(task, kind, stream=True, cid=cid)
-                    yield _sse(final)
-                    if kind != "completion":
-                        yield b"data: [DONE]\n\n"
-            finally:
-                if not task.done:
-                    self.engine.cancel(task)  # the client went away mid-stream: release its slot
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        if streamer is not None:
+            return await streamer.response(request)
+        for t in tasks:
+            await self._await(request, t)
+        for t in tasks:
+            if t.error is not None:
+                return self._task_error(t)
+        outs = [self._shape_final(t, kind, cid=cid) for t in tasks]
+        if len(outs) == 1:
+            return JSONResponse(outs[0])
+        if kind == "completion":
+            return JSONResponse(outs)  # multi-results, non-OAI: an array
+        for o in outs[1:]:
+            outs[0]["choices"].append(o["choices"][0])
+        return JSONResponse(outs[0])
 
     def _usage(self, r: dict) -> dict:
         return {"completion_tokens": r["tokens_predicted"], "prompt_tokens": r["tokens_evaluated"],
                 "total_tokens": r["tokens_predicted"] + r["tokens_evaluated"],
                 "prompt_tokens_details": {"cached_tokens": r["timings"]["cache_n"]}}
 
-    def _shape_chunk(self, text: str, kind: str, cid: str | None) -> dict:
-        if kind == "completion":
-            return {"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": -1, "tokens_predicted": 0,
-                    "tokens_evaluated": 0}
-        created = int(time.time())
-        if kind == "oai_text":
-            return {"id": cid, "object": "text_completion", "created": created, "model": self.model_name(),
-                    "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}]}
-        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.model_name(),
-                "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
-
-    def _shape_final(self, task, kind: str, stream: bool = False, cid: str | None = None) -> dict:
+    def _shape_final(self, task, kind: str, cid: str | None = None) -> dict:
+        """server_task_result_cmpl_final::to_json (not streamed; slotlab.serve.stream streams)."""
         r = task.result
         if kind == "completion":
-            out = self._final_json(task)
-            if stream:
-                out["content"] = ""
-                out.pop("completion_probabilities", None)  # streamed with each token instead
-            return out
+            return self._final_json(task)
+        if kind == "responses":
+            st = R.new_state()
+            return R.final_json(st["resp_id"], st["msg_id"], self.model_name(), r, self._text(task).content,
+                                int(time.time()))
+        if kind == "anthropic":
+            text = self._text(task)
+            return A.final_json(cid or f"chatcmpl-{uuid.uuid4().hex[:24]}", self.model_name(), r, text.content,
+                                text.stopping_word)
         finish = "length" if r["stop_type"] == "limit" else "stop"
-        cid = cid or f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
         if kind == "oai_text":
-            choice = {"text": "" if stream else r["content"], "index": task.index, "logprobs": None,
-                      "finish_reason": finish}
-            out = {"id": cid, "object": "text_completion", "created": created, "model": self.model_name(),
-                   "choices": [choice], "usage": self._usage(r), "timings": r["timings"]}
-            self._add_probs(out, task, kind, stream)
-            return out
-        if stream:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.model_name(),
-                    "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": self._usage(r),
-                    "timings": r["timings"]}
-        out = {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name(),
-               "choices": [{"index": task.index, "message": {"role": "assistant", "content": r["content"]},
-                            "finish_reason": finish}], "usage": self._usage(r), "timings": r["timings"]}
-        self._add_probs(out, task, kind, stream)
+            choice = {"text": self._text(task).content, "index": task.index, "logprobs": None, "finish_reason": finish}
+            obj, cid = "text_completion", cid or f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        else:
+            choice = {"finish_reason": finish, "index": task.index,
+                      "message": {"role": "assistant", "content": self._text(task).content}}
+            obj, cid = "chat.completion", cid or f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        out = {"choices": [choice], "created": int(time.time()), "model": self.model_name(),
+               "system_fingerprint": info.BUILD_INFO, "object": obj, "usage": self._usage(r), "id": cid}
+        if task.values.get("verbose"):  # "extra fields for debugging purposes"
+            out["__verbose"] = self._final_json(task)
+        out["timings"] = r["timings"]
+        self._add_probs(out, task, kind, stream=False)
         return out
 
 
-def _sse(obj: dict) -> bytes:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+class Waker:
+    """--sleep-idle-seconds: a request other than the read-only ones wakes the server before its
+    handler runs (create_response -> wait_until_no_sleep), off the event loop."""
+
+    def __init__(self, app, sleep, bypass=BYPASS):
+        self.app, self.sleep, self.bypass = app, sleep, bypass
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.sleep.sleeping and (scope["method"], scope["path"]) not in self.bypass:
+            await run_in_threadpool(self.sleep.wake)
+        await self.app(scope, receive, send)
 
 
 class ApiKey:
@@ -503,12 +559,27 @@ def build_app(engine):
         Route("/chat/completions", api.v1_chat, methods=["POST"]),
         Route("/tokenize", api.tokenize, methods=["POST"]), Route("/detokenize", api.detokenize, methods=["POST"]),
         Route("/apply-template", api.apply_template, methods=["POST"]),
+        Route("/chat/completions/input_tokens", api.input_tokens, methods=["POST"]),
+        Route("/v1/messages", api.v1_messages, methods=["POST"]),
+        Route("/v1/responses", api.v1_responses, methods=["POST"]), Route("/responses", api.v1_responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", api.responses_input_tokens, methods=["POST"]),
+        Route("/responses/input_tokens", api.responses_input_tokens, methods=["POST"]),
+        Route("/v1/messages/count_tokens", api.anthropic_count_tokens, methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", api.input_tokens, methods=["POST"]),
         Route("/metrics", api.metrics), Route("/v1/models", api.models), Route("/models", api.models),
     ]
     # ex_wrapper: an exception is the server's JSON error, never a plain-text page
     routes = [Route(r.path, E.wrap(r.endpoint), methods=r.methods) for r in routes]
+    gcp = GcpParams()
+    if gcp.enabled:  # AIP_MODE=PREDICTION (slotlab/serve/gcp.py)
+        posts = [(r.path, r.endpoint) for r in routes if "POST" in (r.methods or ())]
+        if gcp.path_health:
+            routes.append(Route(gcp.path_health, E.wrap(api.health)))
+        routes.append(Route(gcp.path_predict, E.wrap(predict_endpoint(posts)), methods=["POST"]))
     # a path the server has not (or a method it has not there) is its JSON 404
     app = Starlette(routes=routes, exception_handlers={404: E.not_found, 405: E.not_found})
+    api.sleep.start()
+    app = Waker(app, api.sleep, BYPASS | ({("GET", gcp.path_health)} if gcp.enabled and gcp.path_health else set()))
     return E.ServerErrors(Cors(ApiKey(app, getattr(engine.params, "api_keys", ()) or (engine.params.api_key,)), engine.params))
 
 

@@ -152,6 +152,21 @@ def _continuation(value) -> str:
     return NONE
 
 
+_MEDIA = {"image_url": "image", "input_audio": "audio", "input_video": "video", "video_url": "video"}
+
+
+def _check_media(content: list) -> None:
+    """oaicompat_content_load_media without a multimodal projector: a media part is the server's
+    runtime_error (500), any other part but text its invalid_argument (400)."""
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) and isinstance(part.get("type"), str) else ""
+        if kind in _MEDIA:
+            raise ChatRequestError(f"{_MEDIA[kind]} input is not supported - hint: if this is unexpected, you may "
+                                   "need to provide the mmproj", 500)
+        if kind != "text":
+            raise ChatRequestError("unsupported content[].type")
+
+
 def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enable_thinking: bool,
                   default_kwargs: dict[str, str]) -> ChatInputs:
     """The prompt-deciding part of `oaicompat_chat_params_parse`."""
@@ -177,6 +192,8 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
         c = m.get("content") if has_content else None
         if c is not None and not isinstance(c, (str, list)):
             raise ChatRequestError("Expected 'content' to be a string or an array")
+        if isinstance(c, list):
+            _check_media(c)
     inp = ChatInputs(messages=parse_messages(messages), tools=parse_tools(tools) if use_jinja else [])
     agp = body.get("add_generation_prompt", True)
     inp.add_generation_prompt = bool(agp) if agp is not None else True

@@ -5,8 +5,9 @@ Every answer gets `Access-Control-Allow-Origin`: with `--cors-credentials` (defa
 `--cors-origins localhost` reflects only a localhost origin; any other value is sent as given. An
 OPTIONS request is a preflight: 200, an empty text/html body, the credentials / methods / headers
 lines, and no API key check (browsers send none). Runs before the API key middleware, as there.
-Header names go out in cpp-httplib's case (`Access-Control-Allow-Origin`): HTTP says case does not
-matter, but llama.cpp's own server tests read them from a plain dict."""
+Header names go out in cpp-httplib's case (`Access-Control-Allow-Origin`, and every header of the
+answer: `Content-Type`, `Process-Start-Time-Unix`): HTTP says case does not matter, but llama.cpp's
+own server tests read them from a plain dict."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ import logging
 from urllib.parse import urlsplit
 
 log = logging.getLogger("slotlab.serve")
+
+
+def canonical_name(name: bytes) -> bytes:
+    """A header name in the case cpp-httplib sends the server's headers (`Content-Type`,
+    `Process-Start-Time-Unix`): Starlette lowercases what it sets."""
+    return b"-".join(part[:1].upper() + part[1:].lower() for part in name.split(b"-"))
 
 
 def origin_is_localhost(origin: str) -> bool:
@@ -54,14 +61,15 @@ class Cors:
             extra += [(b"Access-Control-Allow-Credentials", b"true" if self.credentials else b"false"),
                       (b"Access-Control-Allow-Methods", self.methods.encode("latin-1")),
                       (b"Access-Control-Allow-Headers", self.headers.encode("latin-1")),
-                      (b"content-type", b"text/html"), (b"content-length", b"0")]
+                      (b"Content-Type", b"text/html"), (b"Content-Length", b"0")]
             await send({"type": "http.response.start", "status": 200, "headers": extra})
             await send({"type": "http.response.body", "body": b""})
             return
 
         async def send_(msg):
             if msg["type"] == "http.response.start":
-                msg = {**msg, "headers": [*msg.get("headers", []), *extra]}
+                own = [(canonical_name(k), v) for k, v in msg.get("headers", [])]
+                msg = {**msg, "headers": [*own, *extra]}
             await send(msg)
 
         await self.app(scope, receive, send_)

@@ -15,6 +15,11 @@ import secrets
 from slotlab.llama.chat_builtin import special_texts
 from slotlab.serve import nljson as J
 
+# llama_build_info() of the llama.cpp slotlab reproduces (the llama-server `make llama-server` builds from
+# llama-cpp-python 0.3.36's vendored tree), marked as slotlab's: /props build_info and every OpenAI
+# answer's system_fingerprint (clients read it as "b<build>-<commit>")
+BUILD_INFO = "b1-0c1e570-slotlab"
+
 # common_params_sampling / task_params defaults, as the server's JSON shows them (float32 values)
 SERVER_DEFAULTS = {
     "seed": 4294967295, "temperature": 0.800000011920929, "dynatemp_range": 0.0, "dynatemp_exponent": 1.0,
@@ -56,6 +61,7 @@ def request_defaults(params) -> dict:
             if k in out and k not in ("grammar", "logit_bias"):
                 out[k] = v
     out["n_predict"] = getattr(params, "n_predict", -1)
+    out["verbose"] = getattr(params, "verbosity", 3) > 9  # params_from_json_cmpl: -v turns __verbose on
     out["cache_prompt"] = getattr(params, "cache_prompt", True)
     return out
 
@@ -91,7 +97,7 @@ def props_json(engine, chat, params, t_alias: str) -> dict:
         "chat_template": chat.source,
         "bos_token": special_texts(m)["bos_token"],
         "eos_token": special_texts(m)["eos_token"],
-        "build_info": "slotlab on llama-cpp-python 0.3.36",
+        "build_info": BUILD_INFO,
         "is_sleeping": False,
         "cors_proxy_enabled": False,
     }

@@ -5,7 +5,8 @@ What differs from stock jinja2, and why (each is llama.cpp's behaviour):
 - blocks: `trim_blocks` and `lstrip_blocks` on, one trailing newline of the source dropped
   (`lexer.cpp`: "default config for chat template"); `break`/`continue` (loopcontrols).
 - undefined values are lenient: attribute access, filters and tests on them give empty results
-  rather than errors (`value_undefined` builtins), so `message.tool_calls|length` works when absent.
+  rather than errors (`value_undefined` builtins), so `message.tool_calls|length` works when absent;
+  `"text" + undefined` is "text" (`runtime.cpp`: null/undefined concatenate as an empty string).
 - `tojson` keeps key order, `ensure_ascii` off, separators `", "`/`": "` (`value.cpp` tojson); the
   `string` filter of a list or dict is JSON too; booleans print `True`/`False`.
 - globals: `raise_exception(msg)` fails the render with "Jinja Exception: msg", `strftime_now(fmt)`
@@ -34,6 +35,19 @@ class Lenient(jinja2.ChainableUndefined):
 
     def __len__(self):
         return 0
+
+    # runtime.cpp binary_expression: `string + undefined` (either side) is the string, the undefined
+    # side read as "" ("treating null/undefined as empty string for string concatenation"); any other
+    # arithmetic on an undefined value fails the render
+    def __add__(self, other):
+        if isinstance(other, str):
+            return other
+        return self._fail_with_undefined_error()
+
+    def __radd__(self, other):
+        if isinstance(other, str):
+            return other
+        return self._fail_with_undefined_error()
 
 
 def _tojson(value, indent=None, separators=None, ensure_ascii=False, sort_keys=False):

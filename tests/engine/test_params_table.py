@@ -297,7 +297,7 @@ def test_production_command_line_starts_slotlab_serve(tmp_path):
         assert srv.get("/health") == (200, {"status": "ok"})
     out = (tmp_path / "stderr.log").read_text()
     assert "not supported: --context-shift: context shift is not modelled" in out
-    assert "not supported: --sleep-idle-seconds" in out
+    assert "not supported: --sleep-idle-seconds" not in out  # modelled (slotlab/serve/sleep.py)
     assert "note: --offline: slotlab never downloads; ignored" in out
     assert "-fa:" not in out and "-ctk:" not in out  # modelled: they set the KV bytes (no note)
     log = log_file.read_text()

@@ -168,9 +168,10 @@ def ensure_venv() -> Path:
     return py
 
 
-def work_dir(which: str) -> Path:
-    """The scratch copy for one server (one per server, so a recording and a slotlab run can overlap)."""
-    return BUILD / f"llamacpp-server-tests-{which}"
+def work_dir(which: str, tag: str | None = None) -> Path:
+    """The scratch copy for one server (one per server, so a recording and a slotlab run can overlap;
+    `tag` gives a run its own, so two slotlab runs can too)."""
+    return BUILD / (f"llamacpp-server-tests-{which}" + (f"-{tag}" if tag else ""))
 
 
 def prepare_tree(root: Path, wrapper_cmd: list[str]) -> Path:
@@ -205,12 +206,12 @@ def server_command(which: str, binary: str | None) -> list[str]:
 def run(which: str, *, binary: str | None = None, select: list[str] | None = None, k: str | None = None,
         out: Path | None = None, extra: list[str] | None = None, quiet: bool = True,
         paths: list[str] | None = None, workers: int = 1, start_timeout: int | None = None,
-        test_timeout: int = TEST_TIMEOUT_S) -> dict:
+        test_timeout: int = TEST_TIMEOUT_S, tag: str | None = None) -> dict:
     """Run the suite; returns {"outcomes": {nodeid: {...}}, "wall_s": ..., "returncode": ...}."""
     from slotlab.llama.model import default_model_path
 
     py = ensure_venv()
-    wrapper = prepare_tree(work_dir(which), server_command(which, binary))
+    wrapper = prepare_tree(work_dir(which, tag), server_command(which, binary))
     work = wrapper.parent
     outcomes = work / "outcomes.json"
     # the server flags come from the tests alone: no LLAMA_ARG_* from the caller's environment
@@ -380,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds a server may take to answer /health (upstream: 60); for a loaded machine only: "
                          "the recording and CI keep upstream's")
     ap.add_argument("--test-timeout", type=int, default=TEST_TIMEOUT_S, help="pytest-timeout per test")
+    ap.add_argument("--tag", help="run in build/llamacpp-server-tests-SERVER-TAG (parallel runs do not share a tree)")
     ap.add_argument("pytest_args", nargs="*",
                     help="test files (unit/test_x.py) and extra pytest arguments (after --); "
                          "with --record: the test files to (re)record")
@@ -405,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         select = [n for n in select if n.split("::")[0] in files]
     res = run(a.server, binary=a.binary, select=select, k=a.k, out=a.out, workers=a.workers, paths=files or None,
               extra=[x for x in a.pytest_args if x not in files], start_timeout=a.start_timeout,
-              test_timeout=a.test_timeout)
+              test_timeout=a.test_timeout, tag=a.tag)
     counts: dict[str, int] = {}
     for o in res["outcomes"].values():
         counts[o["outcome"]] = counts.get(o["outcome"], 0) + 1
