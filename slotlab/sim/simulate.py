@@ -17,6 +17,10 @@ deferral passes' events differ from `fast=False`.
 Generated tokens come from the trace where it has them (`output`), otherwise they are the paper
 memory's placeholders (ids that match no prompt token).
 
+Per request the results also hold `prompt_s`, the server's `prompt_ms` in seconds: from the slot's
+prompt start (after the launch's own state copies, a RAM-cache load and the idle-slot saves, which
+the server does before `t_start_process_prompt`) to the first token; TTFT counts those copies too.
+
 The report: per request slot, cache_n, prompt_n, queue wait, TTFT, end; totals: prompt tokens
 reused vs prefilled, the infinite-cache bound (Mooncake hash_ids), RAM-cache evictions by reason,
 peak cache bytes, queue wait and TTFT p50 / p99."""
@@ -48,6 +52,7 @@ class _Rec:
     arrival: float
     task: object = None
     launched: float | None = None
+    prompt_start: float | None = None  # the server's t_start_process_prompt: after the launch's state copies
     first: float | None = None
     end: float | None = None
 
@@ -138,6 +143,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     clears: Counter = Counter()
     clock = [0.0]
     peak = [0]
+    just_launched: list[_Rec] = []
 
     def on_event(ev) -> None:
         k = ev.kind
@@ -145,6 +151,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
             r = by_task.get(ev.task)
             if r is not None and r.launched is None:
                 r.launched = clock[0]
+                just_launched.append(r)
         elif k == T.CACHE_ALLOC:  # the cache's size just after an append (checkpoints included) is a peak
             sz = core.cache.size()
             if sz > peak[0]:
@@ -212,6 +219,14 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         # step() is process_new_tasks() then update_slots(): the tasks first, so that the tasks in
         # the slots are known (only they can finish in this step) and a fast-forward can follow
         core.process_new_tasks()
+        if just_launched:
+            # the launch's own state copies (a RAM-cache load, the idle-slot saves) come before the slot
+            # starts its prompt (`t_start_process_prompt`, slotlab.engine.core._start_prompt): the
+            # server's prompt_ms leaves them out, TTFT does not
+            t0 = now + speed.copy_time(mem.copied)
+            for r in just_launched:
+                r.prompt_start = t0
+            just_launched.clear()
         if ff is not None:
             nxt = reqs[i].arrival if i < n else inf
             if hold and all(s.is_processing for s in core.slots):
@@ -270,6 +285,8 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         d = {"i": r.i, "arrival": round(r.arrival, 6), **s,
              "queue_wait": None if r.launched is None else round(r.launched - r.arrival, 6),
              "ttft": None if r.first is None else round(r.first - r.arrival, 6),
+             "prompt_s": None if r.first is None else round(r.first - (r.prompt_start if r.prompt_start is not None
+                                                                      else r.launched), 6),
              "end": None if r.end is None else round(r.end, 6)}
         results.append(d)
     ok = [d for d in results if d["status"] == 200]

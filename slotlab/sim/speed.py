@@ -5,22 +5,29 @@ output (logits row) costs `t_fixed + m t_token` (the line `from_rates` builds), 
 calibrated, the measured cost of m tokens interpolated in `table`: on a CPU the cost is far from a
 line at small m (one token costs what ~10 do in a long prefill), and generation lives there. Each
 output row after the first adds `t_output` (the output projection over the vocabulary, a big share
-of a small model's decode, and the sampling of that row); each decode adds `t_decode` (what the
-engine's step does besides `llama_decode`: building the batch, sampling, bookkeeping). Generation
+of a small model's decode, and the sampling of that row), a decode with none (a prompt chunk) saves
+`t_first_output`; each decode adds `t_decode` (what the engine's step does besides `llama_decode`:
+building the batch, sampling, bookkeeping). Generation
 with B sequences is one decode of B tokens with B outputs: B / decode_time(B, B) tokens/s in total,
 which is what makes batching pay. Each byte of sequence state copied (a context checkpoint made or
 restored, a prompt saved to or loaded from the RAM cache) costs `t_byte` (`copy_time`): a Gemma 3
 270M checkpoint of 760 tokens is 7.9 MB, ~5 ms on a 2-vCPU machine.
 
-`calibrate()` (`slotlab calibrate`) measures all of it on the real model on this machine (`measure`,
-then `fit`): the table, single-micro-batch decodes of 1..512 tokens; `outputs` from decodes of B
-sequences at once and slotlab's engine generating two; `t_decode` from the engine generating one;
-`t_byte` from state copies; `t_ctx` and `t_kv` from decodes deep in a context. Attention makes a
-decode cost more the more positions its sequences already hold: `t_kv` per such position and
-sequence in the decode (reading the sequence's K and V once: what makes a generation step deep in a
-conversation slower), and `t_ctx` per token per such position (the products of each token's query
-with them: what makes a prompt chunk deep in a context slower). Both are lines, where a sliding
-window really saturates. `SpeedModel.from_rates(prefill_tps,
+`calibrate()` (`slotlab calibrate`) measures all of it on the real model on this machine, through
+slotlab's own `Engine` (`measure`, then `fit`): a calibration workload (prompts of 1..512 tokens, a
+conversation 2k tokens deep, 1-4 sequences generating) runs in step mode while every step, every
+`llama_decode` and every state copy is timed, so the model sees the code path, batches, sampling and
+threads the engine runs a trace with (an earlier calibration timed a separate context of its own:
+on a quiet machine its decodes were ~20 % slower than the engine's own steps). `fit` puts the
+model's form through those timings: the table at every micro-batch size the engine decoded, what a
+decode with no output row saves (`t_first_output`: a prompt chunk, e.g. the server's cut 4 tokens
+before a prompt's end for a checkpoint; on a 262k-token vocabulary the output row is a big share of
+a small decode), `outputs`, `t_decode` (the step around `llama_decode`), `t_byte`, and the attention
+terms. Attention makes a decode cost more the more positions its sequences already hold: `t_kv` per
+such position and sequence in the decode (reading the sequence's K and V once: what makes a
+generation step deep in a conversation slower), and `t_ctx` per token per such position (the products
+of each token's query with them: what makes a prompt chunk deep in a context slower). Both are
+lines, where a sliding window really saturates. `SpeedModel.from_rates(prefill_tps,
 gen_tps)` builds one from the two numbers a GPU's spec sheet or a benchmark gives."""
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class SpeedModel:
     t_byte: float = 0.0  # seconds per byte of sequence state copied (checkpoints, RAM-cache saves and loads)
     t_ctx: float = 0.0  # seconds per token per position already in its sequence's context (attention)
     t_kv: float = 0.0  # seconds per position already held by each sequence in a decode (reading its KV)
+    t_first_output: float = 0.0  # seconds a decode without any output row saves (the table has one)
 
     def __post_init__(self):
         object.__setattr__(self, "table", tuple(tuple(p) for p in self.table))
@@ -94,6 +102,8 @@ class SpeedModel:
         t = full * self.ubatch_time(self.n_ubatch) + (self.ubatch_time(rest) if rest else 0.0)
         if n_outputs > 1:
             t += self.output_time(n_outputs)
+        elif n_outputs == 0:
+            t -= self.t_first_output
         return t + self.t_decode + n_ctx * self.t_ctx + n_kv * self.t_kv
 
     def copy_time(self, n_bytes: int) -> float:
@@ -131,193 +141,302 @@ class SpeedModel:
         return cls(**d)
 
 
-def measure(model=None, *, sizes=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 512), seqs=(2, 3, 4),
-            repeats: int = 5, n_threads: int | None = None, n_gpu_layers: int = 0, engine: bool = True) -> dict:
-    """Time the real model on this machine (`model`: a loaded `slotlab.llama.Model`, a GGUF path, or
-    None for the embedded model), each figure the median of `repeats` after a warm-up:
+SIZES = (*range(1, 17), 20, 24, 28, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
-    * "table": [m, seconds] for a decode of m tokens of one sequence with one output, m in `sizes`;
-    * "seqs": [B, seconds] for a decode of one token in each of B sequences, B outputs (generation);
-    * "deep": [m, p, seconds] for m tokens decoded after p positions of the sequence;
-    * "copy": [bytes, seconds] - getting (and copying, as a checkpoint does) and setting back the
-      state of a sequence of 512 tokens, per byte: the mean of the two;
-    * "step": [n, seconds] and "step2": [n, seconds] - slotlab's engine (`-np 4`, greedy) generating
-      one sequence, and two at once: n steps and the median seconds a step takes,
-      `llama_decode` included (skipped with `engine=False`)."""
+
+def measure(model=None, *, sizes=SIZES, seqs=(2, 3, 4),
+            depths=(1024, 2048), repeats: int = 5, n_threads: int | None = None, n_gpu_layers: int = 0,
+            flags=None, seed: int = 0) -> dict:
+    """Run a calibration workload through slotlab's `Engine` on the real model (`model`: a loaded
+    `slotlab.llama.Model`, a GGUF path, or None for the embedded model) and record every step: the
+    same decode path, batches, sampling and state copies the engine makes on a trace. The engine runs
+    the server's defaults with `-c 4096` (plus `flags`: llama-server flags, e.g. `--swa-full`), step
+    mode, greedy, one warm-up request of each kind first (not recorded):
+
+    * prompts of each length in `sizes` at position 0, `repeats` each, one at a time, two tokens
+      generated (on a model whose prompts the server cuts for a checkpoint, 4 tokens more: the prompt
+      decode is then exactly the size);
+    * a conversation that grows in one slot to each depth in `depths`, then `repeats` turns of 1 and
+      32 new tokens after it (attention deep in a context), two tokens generated each;
+    * 1 and each of `seqs` sequences generating at once (short prompts): the batched steps.
+
+    Returns {"steps": [...], "table", "seqs", "step", "copy"}: each step as [wall seconds, state bytes
+    copied, seconds copying, [[n_tokens, n_outputs, n_ctx, n_kv, seconds, n_seqs], ...] per `llama_decode`]
+    (`n_ctx` / `n_kv` as `SpeedModel.decode_time` takes them); and summaries for the eye: "table" [m,
+    median seconds of a decode of m tokens of one sequence at position 0], "seqs" / "step" [B, median
+    seconds of an engine step in which B sequences generate], "copy" [bytes, seconds]."""
     import numpy as np
 
-    from slotlab.llama import Batch, Context, Model
+    from slotlab.engine.scheduler import Engine
+    from slotlab.llama import Model
 
     own = not isinstance(model, Model)
     m = Model(model, n_gpu_layers=n_gpu_layers) if own else model
-    n_ub = max(sizes)
-    n_seq = max(seqs, default=1)
-    kw = dict(n_ctx=4096, n_batch=n_ub, n_ubatch=n_ub, n_parallel=n_seq, kv_unified=True)
-    if n_threads:
-        kw.update(n_threads=n_threads, n_threads_batch=n_threads)
-    ctx = Context(m, **kw)
-    b = Batch(n_ub)
-    rng = np.random.default_rng(0)
+    args = ["-c", "4096", "--no-repack", *(["-t", str(n_threads)] if n_threads else []), *(flags or [])]
+    eng = Engine(args, model=m)
+    rec = _Recorder(eng)
+    rng = np.random.default_rng(seed)
+    core = eng.core
+    ck = getattr(core, "checkpoints", None)
+    tail = min(ck.offsets) if ck is not None and ck.gate(None) else 0  # the server's cut before a prompt's end
+    n_vocab = min(m.n_vocab, 32000)
+    uniq = iter(range(1000, 10 ** 9))
 
-    def timed(build) -> float:
-        ts = []
-        for _ in range(repeats):
-            build()
-            t0 = time.perf_counter()
-            if ctx.decode(b) != 0:
-                raise RuntimeError("calibration decode failed")
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
+    def prompt(n: int) -> list[int]:  # a first token no earlier prompt had: nothing is reused by chance
+        return [next(uniq) % n_vocab, *rng.integers(10, n_vocab, n - 1).tolist()]
 
-    def one_seq(n):
-        def build():
-            ctx.seq_rm(0, 0, -1)
-            b.clear()
-            b.add_seq(rng.integers(10, 1000, n).astype(np.int32), 0, 0, logits_last=True)
-        return build
+    def run(prompts, n_predict=2, **kw):
+        tasks = [eng.submit(p, n_predict=n_predict, ignore_eos=True, temperature=0.0, **kw) for p in prompts]
+        eng.run_until(lambda: all(t.done for t in tasks))
+        if any(t.error is not None for t in tasks):
+            raise RuntimeError(f"calibration request failed: {next(t.error for t in tasks if t.error)}")
+        return tasks
 
-    def many_seqs(k, pos=64):
-        def build():
-            b.clear()
-            for q in range(k):
-                ctx.seq_rm(q, pos, -1)
-                b.add(int(rng.integers(10, 1000)), pos, q, logits=True)
-        return build
-
-    out: dict = {}
+    n_gen = 4 + 4 * repeats
     try:
-        timed(one_seq(sizes[0]))  # warm-up
-        out["table"] = [[n, timed(one_seq(n))] for n in sizes]
-        for q in range(n_seq):  # a 64-token history in every sequence
-            ctx.seq_rm(q, 0, -1)
-            b.clear()
-            b.add_seq(rng.integers(10, 1000, 64).astype(np.int32), 0, q)
-            if ctx.decode(b) != 0:
-                raise RuntimeError("calibration decode failed")
-        out["seqs"] = [[k, timed(many_seqs(k))] for k in seqs]
-        ctx.seq_rm(0, 0, -1)
-        b.clear()
-        b.add_seq(rng.integers(10, 1000, n_ub).astype(np.int32), 0, 0)
-        if ctx.decode(b) != 0:
-            raise RuntimeError("calibration decode failed")
-        tg, ts = [], []
+        # warm-up, not recorded: the new context's first decodes of each shape
+        for n in (max(sizes), 32, 1):
+            run([prompt(n + tail)])
+        run([prompt(32 + tail) for _ in range(max(seqs, default=1))], n_predict=4)
+        rec.on = True
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            blob = ctx.state_seq_get(0).copy()
-            t1 = time.perf_counter()
-            ctx.state_seq_set(blob, 0)
-            tg.append(t1 - t0)
-            ts.append(time.perf_counter() - t1)
-        out["copy"] = [len(blob), (statistics.median(tg) + statistics.median(ts)) / 2]
-
-        def deep(m_, p):
-            q = 0 if p else 1  # p = 0 on another sequence: sequence 0 keeps its history
-            def build():
-                ctx.seq_rm(q, p, -1)
-                b.clear()
-                b.add_seq(rng.integers(10, 1000, m_).astype(np.int32), p, q, logits_last=True)
-            return build
-
-        ctx.seq_rm(0, 0, -1)  # a 3072-token history, then decodes of m tokens after p of it
-        for p0 in range(0, 3072, n_ub):
-            b.clear()
-            b.add_seq(rng.integers(10, 1000, n_ub).astype(np.int32), p0, 0)
-            if ctx.decode(b) != 0:
-                raise RuntimeError("calibration decode failed")
-        # deepest first: each cut keeps the positions below p
-        out["deep"] = [[m_, p, timed(deep(m_, p))] for p in (3000, 2048, 1024, 0) for m_ in (1, 32)]
+            for n in sizes:
+                run([prompt(n + tail)])
+        for depth in depths:  # a conversation in slot 0: the context grows, each turn appended
+            conv = prompt(depth)
+            run([conv], id_slot=0)
+            for _ in range(repeats):
+                for n in (1, 32):
+                    conv = conv + rng.integers(10, n_vocab, n + tail).tolist()
+                    run([conv], id_slot=0)
+        for b in (1, *seqs):
+            run([prompt(32 + tail) for _ in range(b)], n_predict=n_gen)
     finally:
-        ctx.close()
-    if engine:
-        out["step"] = _engine_step(m, n_threads, 1)
-        out["step2"] = _engine_step(m, n_threads, 2)
-    if own:
-        m.close()
+        rec.on = False
+        eng.close()
+        if own:
+            m.close()
+    steps = rec.steps
+    out: dict = {"steps": steps}
+    table = {}
+    for _, _, _, decs in steps:
+        if len(decs) == 1 and decs[0][2] == 0 and decs[0][5] == 1:
+            table.setdefault(decs[0][0], []).append(decs[0][4])
+    out["table"] = [[n, statistics.median(table[n])] for n in sorted(table)]
+    gen = {}
+    for wall, nb, _, decs in steps:  # B sequences generating: one decode of B tokens, B outputs
+        if len(decs) == 1 and decs[0][0] == decs[0][1] and not nb:
+            gen.setdefault(decs[0][0], []).append(wall)
+    out["seqs"] = [[b, statistics.median(gen[b])] for b in seqs if b in gen]
+    out["step"] = [len(gen.get(1, ())), statistics.median(gen[1])] if gen.get(1) else None
+    cp = [(nb, s) for _, nb, s, _ in steps if nb]
+    out["copy"] = [sum(c[0] for c in cp), sum(c[1] for c in cp)] if cp else None
     return out
 
 
-def _engine_step(model, n_threads: int | None, n_seq: int, n_gen: int = 33) -> list:
-    """slotlab's engine generating `n_gen` tokens in each of `n_seq` sequences at once (short prompts):
-    [steps, median seconds of a step in which all of them generate]."""
-    from slotlab.engine.scheduler import Engine
+class _Recorder:
+    """Times an engine's steps, its `llama_decode` calls and its state copies (wrapping the core's
+    `step` and the memory's `decode` / `state_get` / `state_set` on the instances)."""
 
-    # 4 slots (the server's default), n_seq of them generating: the engine's step walks every slot
-    flags = ["-np", "4", "-kvu", "-c", "4096", "--no-repack"] + (["-t", str(n_threads)] if n_threads else [])
-    eng = Engine(flags, model=model)
-    stamps: dict[int, list[float]] = {}
-    try:
-        tasks = [eng.submit(f"Calibration {q}: count from one to fifty, in words, separated by commas.",
-                            n_predict=n_gen, ignore_eos=True,
-                            on_token=lambda task, tok: stamps.setdefault(task.id, []).append(time.perf_counter()))
-                 for q in range(n_seq)]
-        eng.run_until(lambda: all(t.done for t in tasks))
-    finally:
-        eng.close()
-    if any(t.error is not None for t in tasks) or len(stamps) != n_seq:
-        raise RuntimeError("calibration generation failed")
-    runs = [stamps[t.id] for t in tasks]
-    start = max(r[1] for r in runs)  # from the first step in which every sequence generates
-    end = min(r[-1] for r in runs)
-    ts = [x for x in runs[0] if start <= x <= end]  # one stamp a step: the first sequence's tokens
-    steps = [b - a for a, b in zip(ts, ts[1:])]
-    if len(steps) < 3:
-        raise RuntimeError("calibration generation too short")
-    return [len(steps), statistics.median(steps)]
+    def __init__(self, eng):
+        import numpy as np
+
+        self.on = False
+        self.steps: list = []
+        self._cur = None
+        core, mem = eng.core, eng.memory
+        step, decode, get, put = core.step, mem.decode, mem.state_get, mem.state_set
+
+        def step_():
+            if not self.on:
+                return step()
+            self._cur = cur = [0, 0.0, []]
+            t0 = time.perf_counter()
+            try:
+                return step()
+            finally:
+                wall = time.perf_counter() - t0
+                self._cur = None
+                if cur[2]:
+                    self.steps.append([wall, cur[0], cur[1], cur[2]])
+
+        def decode_(batch, off, n):
+            t0 = time.perf_counter()
+            ret = decode(batch, off, n)
+            dt = time.perf_counter() - t0
+            if ret == 0 and self._cur is not None:
+                seq, pos = batch.seq[off:off + n], batch.pos[off:off + n]
+                self._cur[2].append([int(n), int(np.count_nonzero(batch.logits[off:off + n])),
+                                     *context_positions(seq, pos), dt, len(np.unique(seq))])
+            return ret
+
+        def get_(*a, **kw):
+            t0 = time.perf_counter()
+            out = get(*a, **kw)
+            self._copied(len(out), time.perf_counter() - t0)
+            return out
+
+        def put_(data, *a, **kw):
+            t0 = time.perf_counter()
+            n = put(data, *a, **kw)
+            self._copied(n, time.perf_counter() - t0)
+            return n
+
+        core.step, mem.decode, mem.state_get, mem.state_set = step_, decode_, get_, put_
+
+    def _copied(self, n: int, dt: float) -> None:
+        if self._cur is not None:
+            self._cur[0] += int(n)
+            self._cur[1] += dt
+
+
+def context_positions(seq, pos) -> tuple[int, int]:
+    """(n_ctx, n_kv) of a decode's rows (`SpeedModel.decode_time`): the positions each row's sequence
+    held before the decode, summed over the rows, and the same once per sequence (each sequence's rows
+    are one run of consecutive positions, as the server's batches are)."""
+    import numpy as np
+
+    seq = np.asarray(seq)
+    pos = np.asarray(pos, dtype=np.int64)
+    c = np.bincount(seq)
+    own = int((c * (c - 1) // 2).sum())
+    first = np.bincount(seq, weights=pos) - c * (c - 1) / 2
+    nz = c > 0
+    return int(pos.sum()) - own, int(round(float((first[nz] / c[nz]).sum())))
 
 
 def pool(measurements: list[dict]) -> dict:
-    """The median of several `measure` results, figure by figure (they must share their sizes)."""
-    first = measurements[0]
-    out = {}
-    for key in first:
-        if key in ("step", "step2", "copy"):
-            out[key] = [first[key][0], statistics.median(m[key][1] for m in measurements)]
-        else:
-            out[key] = [[*p[:-1], statistics.median(m[key][j][-1] for m in measurements)] for j, p in enumerate(first[key])]
+    """Several `measure` results as one: their steps together (the fit's outlier rejection and
+    least squares then treat every run alike); the summaries are the first run's."""
+    out = dict(measurements[0])
+    out["steps"] = [s for m in measurements for s in m["steps"]]
     return out
 
 
 def fit(meas: dict, n_ubatch: int = 512, source: str = "") -> SpeedModel:
-    """The speed model of `measure`'s figures: the table as measured; its least-squares line as
-    t_fixed / t_token (for a table-less copy); `t_decode` = the engine's one-sequence generation step
-    less a one-token decode; `outputs` = B sequences' decode less B tokens of one, plus what each
-    scaled so that two sequences cost what the engine's two-sequence step does; `t_byte` = the state copy's seconds per byte; `t_kv` and `t_ctx` = the plane through the extra cost
-of decodes of 1 and 32 tokens deep in a context."""
+    """The speed model of the steps `measure` recorded, in three parts:
+
+    * the engine's work around `llama_decode` in a step (the step less its decodes: batch building,
+      sampling, bookkeeping, state copies), least squares (robust, as below) of a + b k + t_byte B,
+      k the step's output rows, B the bytes of state it got or set: at one output row a + b is
+      `t_decode`; each further row adds b to `outputs` and a decode without outputs (a prompt chunk)
+      saves it, in `t_first_output`; `t_byte` is then what the engine pays per byte copied, the
+      buffers it allocates and copies around `llama_state_seq_get` / `set` included;
+    * each `llama_decode`'s seconds, least squares of the model's own form relative to the measured
+      time (outliers beyond 3 median deviations dropped, twice): the table's seconds at every
+      micro-batch size the engine decoded (interpolated in between; a decode past `n_ubatch` is its
+      micro-batches), what no output row saves, what k rows add over one, `t_ctx` and `t_kv`, all
+      >= 0. `t_fixed` / `t_token` are the table's least-squares line (for a table-less copy)."""
     import numpy as np
 
-    tb = sorted((int(n), float(t)) for n, t in meas["table"])
+    steps = meas["steps"]
+    # the step around llama_decode: wall - decodes = a + b k + t_byte bytes (k: the step's output rows)
+    rows = [(1.0, float(sum(d[1] for d in ds)), float(nb), wall - sum(d[4] for d in ds)) for wall, nb, _, ds in steps
+            if ds]
+    a0 = a1 = t_byte = 0.0
+    if rows:
+        x = np.array([r[:3] for r in rows])
+        y = np.array([r[3] for r in rows])
+        a0, a1, t_byte = (float(v) for v in _robust(x, y))
+    decs = [d for _, _, _, ds in steps for d in ds]
+    pieces = []
+    for n, *_ in decs:  # a decode past n_ubatch runs as micro-batches
+        full, rest = divmod(n, n_ubatch)
+        pieces.append([(n_ubatch, full)] + ([(rest, 1)] if rest else []))
+    knots = sorted({m for ps in pieces for m, c in ps if c})
+    kix = {m: j for j, m in enumerate(knots)}
+    multi = sorted({d[1] for d in decs if d[1] > 1})
+    has0 = any(d[1] == 0 for d in decs)
+    nk = len(knots)
+    cols = nk + len(multi) + 3  # knots, k outputs (k > 1), no output (a saving), t_ctx, t_kv
+    x = np.zeros((len(decs), cols))
+    y = np.array([d[4] for d in decs], float)
+
+    def hat(m: int) -> list[tuple[int, float]]:
+        j = bisect.bisect_left(knots, m)
+        if j < nk and knots[j] == m:
+            return [(j, 1.0)]
+        lo, hi = (j - 1, j) if 0 < j < nk else ((0, 1) if j == 0 else (nk - 2, nk - 1))
+        if nk == 1:
+            return [(0, m / knots[0])]
+        f = (m - knots[lo]) / (knots[hi] - knots[lo])
+        return [(lo, 1.0 - f), (hi, f)]
+
+    for i, ((n, k, c, v, *_), ps) in enumerate(zip(decs, pieces)):
+        for m, cnt in ps:
+            if cnt:
+                for j, f in hat(m):
+                    x[i, j] += cnt * f
+        if k > 1:
+            x[i, nk + multi.index(k)] = 1.0
+        elif k == 0:
+            x[i, nk + len(multi)] = -1.0
+        x[i, -2], x[i, -1] = c, v
+    coef = _robust(x, y)
+    tb = tuple((m, float(coef[kix[m]])) for m in knots)
+    outs = tuple((k, float(coef[nk + j]) + a1 * (k - 1)) for j, k in enumerate(multi))
+    t_first = (float(coef[nk + len(multi)]) if has0 else 0.0) + (a1 if has0 else 0.0)
+    t_ctx, t_kv = float(coef[-2]), float(coef[-1])
     xs = np.array([p[0] for p in tb], float)
     ys = np.array([p[1] for p in tb], float)
-    (t_fixed, t_token), *_ = np.linalg.lstsq(np.vstack([np.ones_like(xs), xs]).T, ys, rcond=None)
-    sm = SpeedModel(max(float(t_fixed), 0.0), max(float(t_token), 1e-9), n_ubatch, source or "calibrated",
-                    table=tuple(tb))
-    seqs = {int(k): float(t) for k, t in meas.get("seqs", ())}
-    t_dec = max(0.0, float(meas["step"][1]) - sm.ubatch_time(1)) if meas.get("step") else 0.0
-    scale = 1.0  # the engine's two-sequence step decides the outputs' cost; the decodes, its growth with k
-    if meas.get("step") and meas.get("step2") and seqs.get(2, 0) > sm.ubatch_time(2):
-        eng2 = float(meas["step2"][1]) - float(meas["step"][1]) - (sm.ubatch_time(2) - sm.ubatch_time(1))
-        scale = max(0.0, eng2) / (seqs[2] - sm.ubatch_time(2))
-    outs = tuple((k, scale * max(0.0, t - sm.ubatch_time(k))) for k, t in sorted(seqs.items()))
-    t_out = outs[-1][1] / (outs[-1][0] - 1) if outs else 0.0
-    t_byte = float(meas["copy"][1]) / float(meas["copy"][0]) if meas.get("copy") else 0.0
-    t_ctx = t_kv = 0.0
-    if meas.get("deep"):  # least squares: t(m, p) - t(m, 0) = t_kv p + t_ctx m p
-        base = {m_: t for m_, p, t in meas["deep"] if p == 0}
-        rows = [(p, m_ * p, t - base[m_]) for m_, p, t in meas["deep"] if p]
-        if len({m_ for m_, p, t in meas["deep"] if p}) > 1:
-            a = np.array([[r[0], r[1]] for r in rows], float)
-            (t_kv, t_ctx), *_ = np.linalg.lstsq(a, np.array([r[2] for r in rows], float), rcond=None)
-            t_kv, t_ctx = max(0.0, float(t_kv)), max(0.0, float(t_ctx))
-    return SpeedModel(sm.t_fixed, sm.t_token, n_ubatch, sm.source, t_out, t_dec, tuple(tb), outs, t_byte, t_ctx,
-                      t_kv)
+    if len(tb) > 1:
+        (t_fixed, t_token), *_ = np.linalg.lstsq(np.vstack([np.ones_like(xs), xs]).T, ys, rcond=None)
+    else:
+        t_fixed, t_token = (float(ys[0]) if len(ys) else 0.0), 0.0
+    t_out = outs[-1][1] / (outs[-1][0] - 1) if outs else a1
+    return SpeedModel(max(float(t_fixed), 0.0), max(float(t_token), 1e-12), n_ubatch, source or "calibrated", t_out,
+                      a0 + a1, tb, outs, t_byte, t_ctx, t_kv, t_first)
+
+
+def _robust(x, y):
+    """Least squares of `x c = y` with c >= 0, relative to y, refitted twice without the rows beyond 3
+    median deviations (at least 5 %) from the median residual: the steps a busy machine slowed do not
+    pull the fit. Columns all zero get 0."""
+    import numpy as np
+
+    w = 1.0 / np.maximum(np.abs(y), 1e-12)
+    use = [j for j in range(x.shape[1]) if np.any(x[:, j])]
+    keep = np.ones(len(y), bool)
+    coef = np.zeros(x.shape[1])
+    for _ in range(3):
+        sub = _nnls(x[keep][:, use] * w[keep, None], y[keep] * w[keep])
+        coef[:] = 0.0
+        coef[use] = sub
+        r = (x @ coef - y) * w
+        mad = 1.4826 * float(np.median(np.abs(r[keep] - np.median(r[keep]))))
+        nxt = np.abs(r - np.median(r[keep])) <= max(3 * mad, 0.05)
+        if (nxt == keep).all():
+            break
+        keep = nxt
+    return coef
+
+
+def _nnls(a, b, iters: int = 100):
+    """min |a x - b| with x >= 0: least squares, then the most negative coefficient pinned to 0 and the
+    rest solved again, until none is negative (an active-set sketch; enough for a dozen columns)."""
+    import numpy as np
+
+    free = list(range(a.shape[1]))
+    x = np.zeros(a.shape[1])
+    for _ in range(iters):
+        if not free:
+            break
+        sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
+        if (sol >= 0).all():
+            x[:] = 0.0
+            x[free] = sol
+            break
+        free.pop(int(np.argmin(sol)))
+    return x
 
 
 def calibrate(model_path=None, *, repeats: int = 5, n_threads: int | None = None,
-              n_gpu_layers: int = 0) -> tuple[SpeedModel, dict]:
-    """`measure` the model and `fit` the speed model to it. `model_path`: a GGUF path, a loaded
-    `slotlab.llama.Model`, or None (the embedded model). Returns the model and the measurements."""
+              n_gpu_layers: int = 0, flags=None) -> tuple[SpeedModel, dict]:
+    """`measure` the model through slotlab's engine and `fit` the speed model to it. `model_path`: a
+    GGUF path, a loaded `slotlab.llama.Model`, or None (the embedded model); `flags`: more llama-server
+    flags for the calibration engine. Returns the model and the measurements."""
     from slotlab.llama import Model
 
-    meas = measure(model_path, repeats=repeats, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    meas = measure(model_path, repeats=repeats, n_threads=n_threads, n_gpu_layers=n_gpu_layers, flags=flags)
     name = Path(model_path.path if isinstance(model_path, Model) else (model_path or "the embedded model")).name
-    return fit(meas, 512, f"calibrated on {name}"), meas
+    return fit(meas, 512, f"calibrated on {name} through slotlab's engine"), meas
