@@ -1,7 +1,7 @@
 """Simulated vs measured time (issue 12): does `slotlab simulate`'s calibrated clock give each request the
 prompt and generation time the real engine takes?
 
-In one run, interleaved (`--repeats` rounds, default 3): calibrate the speed model on the real model
+In one run, interleaved (`--repeats` rounds, default 9): calibrate the speed model on the real model
 (`slotlab.sim.speed.measure`, what `slotlab calibrate` fits: a calibration workload through slotlab's
 `Engine`, every step and `llama_decode` timed; the server's defaults with `-c 4096`, not the traces'
 flags), then replay each golden trace on the real engine (slotlab's `Engine` on the embedded model,
@@ -27,7 +27,7 @@ bench/engine_vs_server.py does.
 for a quiet second first; a round that was busy all the same is discarded and another run, up to
 `--max-rounds`).
 
-    .venv/bin/python -m bench.sim_vs_measured [--repeats 3] [--boost] [--max-other CORES] [--trace NAME ...]
+    .venv/bin/python -m bench.sim_vs_measured [--repeats 9] [--boost] [--max-other CORES] [--trace NAME ...]
                                               [--json out.json]"""
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def simulate_trace(name: str, measured: list[dict], speed, vocab) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sim_vs_measured", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (calibration + every trace), default 3")
+    ap.add_argument("--repeats", type=int, default=9, help="interleaved rounds (calibration + every trace), default 9: "
+                    "fewer let a slow phase of the host decide a median")
     ap.add_argument("--trace", action="append", help=f"golden trace name (repeatable; default {', '.join(TRACES)})")
     ap.add_argument("--boost", action="store_true", help="top CPU priority for this process (root)")
     ap.add_argument("--json", type=Path, help="write every sample and the comparison here")
