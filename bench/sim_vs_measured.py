@@ -1,7 +1,8 @@
 """Simulated vs measured time (issue 12): does `slotlab simulate`'s calibrated clock give each request the
 prompt and generation time the real engine takes?
 
-In one run, interleaved (`--repeats` rounds, default 9): calibrate the speed model on the real model
+In one run, interleaved (`--repeats` rounds, default 9): calibrate the speed model on the real model,
+half of the calibration before the traces and half after them, pooled (the host's speed drifts)
 (`slotlab.sim.speed.measure`, what `slotlab calibrate` fits: a calibration workload through slotlab's
 `Engine`, every step and `llama_decode` timed; the server's defaults with `-c 4096`, not the traces'
 flags), then replay each golden trace on the real engine (slotlab's `Engine` on the embedded model,
@@ -153,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.max_other is not None:  # wait (up to 10 minutes) for a second in which the rest is quiet
             wait_idle(600, a.max_other)
         b0, c0, t0 = _machine_busy_s(), time.process_time(), time.perf_counter()
-        pts = measure(model, n_threads=2, repeats=3)
+        # the calibration brackets the traces, half before and half after: a host that speeds up or
+        # slows down during the round (its phases last seconds to minutes) shifts both sides alike
+        before = measure(model, n_threads=2, repeats=2)
         runs = {n: measure_trace(model, n) for n in names}
+        pts = pool([before, measure(model, n_threads=2, repeats=2)])
         dt = time.perf_counter() - t0
         oth = max(0.0, _machine_busy_s() - b0 - (time.process_time() - c0)) / dt
         busy = a.max_other is not None and oth > a.max_other
