@@ -347,14 +347,17 @@ class Api:
     async def v1_chat(self, request: Request):
         return await self._chat(request, await self._json(request), "oai_chat")
 
-    async def v1_messages(self, request: Request):
-        """/v1/messages: Anthropic's request as an OpenAI chat request (slotlab.serve.anthropic)."""
+    async def _anthropic_body(self, request: Request) -> dict:
+        """Anthropic's request body as an OpenAI chat request (slotlab.serve.anthropic)."""
         body = await self._json(request)
         try:
-            body = A.to_oai(body if isinstance(body, dict) else {})
+            return A.to_oai(body if isinstance(body, dict) else {})
         except RuntimeError as ex:
             raise E.ServerError(str(ex)) from None
-        return await self._chat(request, body, "anthropic")
+
+    async def v1_messages(self, request: Request):
+        """/v1/messages: Anthropic's request as an OpenAI chat request."""
+        return await self._chat(request, await self._anthropic_body(request), "anthropic")
 
     async def _chat(self, request: Request, body, kind: str):
         """oaicompat_chat_params_parse, then the completion path. Its runtime errors are 500s and its
@@ -407,12 +410,7 @@ class Api:
             raise E.InvalidRequest(str(ex)) from None
 
     async def anthropic_count_tokens(self, request: Request):
-        body = await self._json(request)
-        try:
-            body = A.to_oai(body if isinstance(body, dict) else {})
-        except RuntimeError as ex:
-            raise E.ServerError(str(ex)) from None
-        return await self._count_tokens(body)
+        return await self._count_tokens(await self._anthropic_body(request))
 
     async def _count_tokens(self, body):
         """handle_count_tokens (/chat/completions/input_tokens, /v1/messages/count_tokens): the chat
