@@ -483,8 +483,9 @@ class Api:
                 "total_tokens": r["tokens_predicted"] + r["tokens_evaluated"],
                 "prompt_tokens_details": {"cached_tokens": r["timings"]["cache_n"]}}
 
-    def _shape_final(self, task, kind: str, cid: str | None = None) -> dict:
-        """server_task_result_cmpl_final::to_json (not streamed; slotlab.serve.stream streams)."""
+    def _shape_final(self, task, kind: str, cid: str | None) -> dict:
+        """server_task_result_cmpl_final::to_json (not streamed; slotlab.serve.stream streams). `cid`: the
+        request's gen_chatcmplid, made once in `_run` for every kind but "completion" (choices share it)."""
         r = task.result
         if kind == "completion":
             return self._final_json(task)
@@ -494,16 +495,15 @@ class Api:
                                 int(time.time()))
         if kind == "anthropic":
             text = self._text(task)
-            return A.final_json(cid or f"chatcmpl-{uuid.uuid4().hex[:24]}", self.model_name(), r, text.content,
-                                text.stopping_word)
+            return A.final_json(cid, self.model_name(), r, text.content, text.stopping_word)
         finish = "length" if r["stop_type"] == "limit" else "stop"
         if kind == "oai_text":
             choice = {"text": self._text(task).content, "index": task.index, "logprobs": None, "finish_reason": finish}
-            obj, cid = "text_completion", cid or f"chatcmpl-{uuid.uuid4().hex[:24]}"
+            obj = "text_completion"
         else:
             choice = {"finish_reason": finish, "index": task.index,
                       "message": {"role": "assistant", "content": self._text(task).content}}
-            obj, cid = "chat.completion", cid or f"chatcmpl-{uuid.uuid4().hex[:24]}"
+            obj = "chat.completion"
         out = {"choices": [choice], "created": int(time.time()), "model": self.model_name(),
                "system_fingerprint": info.BUILD_INFO, "object": obj, "usage": self._usage(r), "id": cid}
         if task.values.get("verbose"):  # "extra fields for debugging purposes"
