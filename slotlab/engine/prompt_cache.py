@@ -247,6 +247,11 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.entries)
 
+    @property
+    def n_allocated(self) -> int:
+        """How many entries were ever appended (the next entry's id): what changes when one is."""
+        return self._next_id
+
     # -- one prompt scored several times ---------------------------------------------------------
 
     @contextmanager

@@ -48,7 +48,7 @@ import numpy as np
 
 from slotlab.engine import event_types as T
 from slotlab.engine.slot import SlotState, now_us
-from slotlab.memory.paper import _M64, PaperMemory, PaperVocab, _PaperSampler
+from slotlab.memory.paper import PaperMemory, PaperSampler, PaperVocab
 from slotlab.sim.memory import _ScriptSampler
 
 __all__ = ["FastForward"]
@@ -104,13 +104,8 @@ class FastForward:
             n0 = len(sp._slot.generated) if sp._slot is not None else 0
         else:
             base = sp
-        if not isinstance(base, _PaperSampler) or base.mem is not self.mem or not isinstance(self.mem._gen, PaperVocab):
+        if not isinstance(base, PaperSampler) or base.mem is not self.mem or not isinstance(self.mem.gen_vocab, PaperVocab):
             return None
-        # PaperMemory.vocab_gen(tok, pos, seed) = PaperVocab.generated(tok, pos, seed ^ mem.seed), inlined
-        pv = self.mem._gen
-        lo, ng = pv.gen_lo, pv.n_generated
-        M = _M64
-        sk = (int(base.seed) ^ self.mem.seed) * 0x8CB92BA72F3D8DD7 + 1
         if first:  # the row that gets logits: the prompt's last token
             tok, pos = int(s.task.tokens[-1]), s.task.n_tokens - 1
         else:
@@ -119,19 +114,8 @@ class FastForward:
         out = [int(x) for x in script[n0:n0 + n_script]] if n_script else []
         if n_script:
             tok = out[-1]
-        # (a hot loop: one pass per generated token of the whole simulation; constants are locals and
-        # the position term is carried from step to step)
-        A, B, C1, C2 = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-        pt = (pos + n_script) * B + sk
-        app = out.append
-        for _ in range(k - n_script):
-            x = (tok * A + pt) & M
-            x = ((x ^ (x >> 30)) * C1) & M
-            x = ((x ^ (x >> 27)) * C2) & M
-            tok = lo + (x ^ (x >> 31)) % ng
-            app(tok)
-            pt += B
-        return out
+        # PaperMemory.vocab_gen(tok, pos, seed) = PaperVocab.generated(tok, pos, seed ^ mem.seed), k - n_script times
+        return self.mem.gen_vocab.chain(tok, pos + n_script, int(base.seed) ^ self.mem.seed, k - n_script, out)
 
     def advance(self, now: float, next_arrival: float) -> tuple[int, float]:
         """Fast-forward from clock `now` if the server is only generating. Returns (steps done, the

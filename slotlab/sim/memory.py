@@ -1,4 +1,4 @@
-"""`SimMemory`: the paper memory (slotlab/memory/paper.py) with what a simulation needs on top.
+"""`SimMemory`: the paper memory (slotlab/memory/paper/) with what a simulation needs on top.
 
 * **Scripted generations**: `scripts[task_id]` = the token ids a request generated when it was
   recorded (a golden trace's answer, a trace that carries its outputs); the sampler returns them in
@@ -74,13 +74,12 @@ class SimMemory(PaperMemory):
         return self
 
     def base_sample(self, i: int) -> int:
-        rows = self._last
-        if rows is None or not 0 <= i < len(rows[0]) or not rows[2][i]:
-            raise ValueError(f"no logits for batch index {i} of the last decode")
+        self.last_row(i)  # the checks of a sample (logits requested for row i)
         return 0
 
-    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool):
-        base = super().sampler(temperature=temperature, seed=seed, ignore_eos=ignore_eos)
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool, sampling=None, prompt=None):
+        base = super().sampler(temperature=temperature, seed=seed, ignore_eos=ignore_eos, sampling=sampling,
+                               prompt=prompt)
         return _ScriptSampler(self, base) if self.scripts else base
 
     def state_get(self, seq: int, **kw):

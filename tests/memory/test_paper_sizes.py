@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from slotlab.llama import Context
 from slotlab.memory.base import Batch
 from slotlab.memory.llama_memory import LlamaMemory
-from slotlab.memory.paper import PaperBlob, PaperMemory, _read_part
+from slotlab.memory.paper import PaperBlob, PaperMemory
+from slotlab.memory.paper.format import read_kv_part
 from slotlab.memory.profile import ModelProfile
 
 N_EXAMPLES = int(os.environ.get("SLOTLAB_PAPER_EXAMPLES", "8"))
@@ -55,7 +56,7 @@ class Pair:
         types = dict(type_k=cfg.get("ctk", "f16"), type_v=cfg.get("ctv", "f16"), flash_attn=cfg.get("fa", "auto"))
         kw = dict(n_ctx=cfg["n_ctx"], n_parallel=cfg["np"], kv_unified=cfg["kvu"], swa_full=cfg["swa_full"],
                   n_batch=cfg["n_batch"], n_ubatch=cfg["n_ubatch"], **types)
-        key = tuple(sorted(kw.items()))
+        key = (str(model.path),) + tuple(sorted(kw.items()))
         if key not in Pair._ctxs:  # contexts are reused across examples (cleared: the same as fresh)
             while len(Pair._ctxs) >= 3:  # a few configurations at a time: each holds its KV buffers
                 for c in Pair._ctxs.pop(next(iter(Pair._ctxs))):
@@ -108,7 +109,8 @@ class Pair:
             return
         b = Batch(sum(n for _, n in jobs))
         for s, n in jobs:
-            b.add_seq(self.rng.integers(10, 5000, n, dtype=np.int32), self.next_pos(s), s, logits_last=True)
+            hi = max(11, min(5000, self.profile.n_vocab - 1))  # token ids of the model's vocabulary
+            b.add_seq(self.rng.integers(10, hi, n, dtype=np.int32), self.next_pos(s), s, logits_last=True)
         nb = self.paper.info.n_batch
         for off in range(0, b.n_tokens, nb):
             n = min(nb, b.n_tokens - off)
@@ -300,8 +302,8 @@ def test_state_bytes_have_the_real_layout(model, profile):
         assert bytes(real[:8]) == bytes(mine[:8])  # io magic + seq id
         for i in pair.paper.tgt.parts(partial):
             spec = pair.paper.tgt.caches[i].spec
-            off_r2, cells_r = _read_part(real, off_r, spec)
-            off_m2, cells_m = _read_part(mine, off_m, spec)
+            off_r2, cells_r = read_kv_part(real, off_r, spec)
+            off_m2, cells_m = read_kv_part(mine, off_m, spec)
             assert (off_r2 - off_r, [(s, p.tolist()) for s, p, _ in cells_r]) == \
                    (off_m2 - off_m, [(s, p.tolist()) for s, p, _ in cells_m])
             off_r, off_m = off_r2, off_m2

@@ -106,7 +106,7 @@ def test_placeholders_match_no_prompt_token(model):
     want, out, _ = _run("example", model, scripted=False)
     try:
         mem = out["engine"].memory
-        gen_lo = mem._gen.gen_lo
+        gen_lo = mem.gen_vocab.gen_lo
         for t in out["tasks"]:
             if t is not None and t.result:
                 assert all(gen_lo <= x < mem.n_vocab - 1 for x in t.result["tokens"])

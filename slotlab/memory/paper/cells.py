@@ -1,0 +1,499 @@
+"""The cells of one KV cache, as `llama_kv_cells` holds them, in two models of different cost.
+
+* `CountCache`: a cache without window masking (a full-attention cache, the full half of an iSWA
+  pair). Every free cell is usable there, so only the count of free cells per stream decides
+  `find_slot`, and a state's size does not depend on cell order: per sequence, sorted positions and
+  their tokens (`SeqCells`) are observably the same as the cell array, at O(tokens) per decode.
+* `CellCache`: a cache with a sliding window. `find_slot` may reuse cells the window masks and
+  `apply_ubatch` then purges the older positions of the sequence whose cell was reused, so the layout
+  matters: cells per stream exactly as llama.cpp holds them, and the stream heads.
+
+Both answer the same calls (`seq_rm`, `seq_add`, `seq_keep`, `seq_cp`, `pos_min` / `pos_max`,
+`written` / `n_written` for `state_write`, `restore` for `state_read_meta`); the context
+(context.py) drives them."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from slotlab.memory.paper.format import I32_MAX, LLAMA_MAX_SEQ, CacheSpec
+
+__all__ = ["CellCache", "CountCache", "SeqCells", "is_masked"]
+
+
+def is_masked(swa_type: str, n_swa: int, p0, p1):
+    """`llama_hparams::is_masked_swa` on arrays (p0: the cell's position, p1: the query position)."""
+    if swa_type == "standard":
+        return (p1 - p0) >= n_swa
+    if swa_type == "chunked":
+        return p0 < (p1 // n_swa) * n_swa
+    if swa_type == "symmetric":
+        d = p1 - p0
+        h = n_swa // 2
+        return (d < -h) | (d > h)
+    return np.zeros(np.shape(p0), dtype=bool)
+
+
+class SeqCells:
+    """One sequence's cells in a count cache: positions sorted (non-decreasing) and their tokens."""
+
+    __slots__ = ("pos", "tok", "n")
+
+    def __init__(self):
+        self.pos = np.empty(64, dtype=np.int32)
+        self.tok = np.empty(64, dtype=np.int32)
+        self.n = 0
+
+    def view(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.pos[:self.n], self.tok[:self.n]
+
+    def extend(self, pos: np.ndarray, tok: np.ndarray, in_order: bool = False) -> None:
+        """Append cells; `in_order`: the caller knows `pos` is non-decreasing and starts after the last
+        cell (decode checked it), so no sort check is needed."""
+        k = len(pos)
+        if k == 0:
+            return
+        need = self.n + k
+        if need > len(self.pos):
+            cap = max(need, 2 * len(self.pos))
+            for name in ("pos", "tok"):
+                a = np.empty(cap, dtype=np.int32)
+                a[:self.n] = getattr(self, name)[:self.n]
+                setattr(self, name, a)
+        unsorted = not in_order and self.n > 0 and pos[0] < self.pos[self.n - 1]
+        self.pos[self.n:need] = pos
+        self.tok[self.n:need] = tok
+        self.n = need
+        if unsorted or (not in_order and k > 1 and np.any(np.diff(pos) < 0)):
+            self._sort()
+
+    def _sort(self) -> None:
+        o = np.argsort(self.pos[:self.n], kind="stable")
+        self.pos[:self.n] = self.pos[:self.n][o]
+        self.tok[:self.n] = self.tok[:self.n][o]
+
+    def remove(self, p0: int, p1: int) -> int:
+        """Drop positions in [p0, p1); returns how many."""
+        p = self.pos[:self.n]
+        i0 = int(np.searchsorted(p, p0, "left"))
+        i1 = int(np.searchsorted(p, p1, "left"))
+        k = i1 - i0
+        if k:
+            self.pos[i0:self.n - k] = self.pos[i1:self.n]
+            self.tok[i0:self.n - k] = self.tok[i1:self.n]
+            self.n -= k
+        return k
+
+    def shift(self, p0: int, p1: int, d: int) -> int:
+        """pos += d on [p0, p1); cells pushed below 0 are dropped (returns how many)."""
+        p = self.pos[:self.n]
+        i0 = int(np.searchsorted(p, p0, "left"))
+        i1 = int(np.searchsorted(p, p1, "left"))
+        if i0 == i1:
+            return 0
+        self.pos[i0:i1] += d
+        keep = self.pos[:self.n] >= 0
+        dropped = int(self.n - keep.sum())
+        if dropped:
+            pos, tok = self.pos[:self.n][keep].copy(), self.tok[:self.n][keep].copy()
+            self.n = len(pos)
+            self.pos[:self.n], self.tok[:self.n] = pos, tok
+        self._sort()
+        return dropped
+
+
+class CountCache:
+    """A cache without window masking: every free cell is usable, so only counts and positions per
+    sequence matter (free cells per stream decide `find_slot`; sizes do not depend on cell order)."""
+
+    def __init__(self, spec: CacheSpec):
+        self.spec = spec
+        self.seqs: dict[int, SeqCells] = {}
+        self.used = [0] * spec.n_stream
+
+    def stream_of(self, seq: int) -> int:
+        return 0 if self.spec.n_stream == 1 else seq
+
+    def seq_cells(self, seq: int) -> SeqCells:
+        s = self.seqs.get(seq)
+        if s is None:
+            s = self.seqs[seq] = SeqCells()
+        return s
+
+    def clear(self) -> None:
+        self.seqs.clear()
+        self.used = [0] * self.spec.n_stream
+
+    def pos_min(self, seq: int) -> int:
+        s = self.seqs.get(seq)
+        return int(s.pos[0]) if s is not None and s.n else -1
+
+    def pos_max(self, seq: int) -> int:
+        s = self.seqs.get(seq)
+        return int(s.pos[s.n - 1]) if s is not None and s.n else -1
+
+    def n_cells(self, seq: int) -> int:
+        s = self.seqs.get(seq)
+        return s.n if s is not None else 0
+
+    def written(self, seq: int) -> tuple[np.ndarray, np.ndarray]:
+        s = self.seqs.get(seq)
+        if s is None:
+            return np.empty(0, np.int32), np.empty(0, np.int32)
+        p, t = s.view()
+        return p.copy(), t.copy()
+
+    def n_written(self, seq: int) -> int:
+        return self.n_cells(seq)
+
+    def free(self, stream: int) -> int:
+        return self.spec.size - self.used[stream]
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        for q in (list(self.seqs) if seq < 0 else [seq]):
+            s = self.seqs.get(q)
+            if s is not None and s.n:
+                self.used[self.stream_of(q)] -= s.remove(p0, p1)
+
+    def seq_add(self, seq: int, p0: int, p1: int, d: int) -> None:
+        s = self.seqs.get(seq)
+        if s is not None and s.n:
+            self.used[self.stream_of(seq)] -= s.shift(p0, p1, d)
+
+    def seq_keep(self, seq: int) -> None:
+        st = self.stream_of(seq)
+        for q in list(self.seqs):
+            if q != seq and self.stream_of(q) == st:
+                self.used[st] -= self.seqs[q].n
+                del self.seqs[q]
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Cross-stream copy (non-unified): the destination stream becomes a copy of src's cells."""
+        st = self.stream_of(dst)
+        for q in list(self.seqs):
+            if self.stream_of(q) == st:
+                self.used[st] -= self.seqs[q].n
+                del self.seqs[q]
+        p, t = self.written(src)
+        s = self.seq_cells(dst)
+        s.extend(p, t)
+        self.used[st] += len(p)
+
+    # -- decode: `prepare` checks, `commit` applies ----------------------------------------------------
+
+    def prepare(self, ubatches: list[list[tuple[int, np.ndarray]]]) -> bool:
+        """Can every ubatch find its cells? Each ubatch is [(seq, row indices)] per stream group."""
+        need = [0] * self.spec.n_stream
+        for ub in ubatches:
+            per: dict[int, int] = {}
+            for seq, rows in ub:
+                st = self.stream_of(seq)
+                per[st] = per.get(st, 0) + len(rows)
+            for st, k in per.items():
+                if k > self.spec.size:
+                    return False
+                need[st] += k
+                if need[st] > self.free(st):
+                    return False
+        return True
+
+    def commit(self, ubatches, pos: np.ndarray, tok: np.ndarray) -> None:
+        for ub in ubatches:
+            for seq, rows in ub:
+                self.seq_cells(seq).extend(pos[rows], tok[rows])
+                self.used[self.stream_of(seq)] += len(rows)
+
+    def restore(self, seq: int, pos: np.ndarray, tok: np.ndarray) -> bool:
+        """`state_read_meta` for one sequence: remove it, then place len(pos) cells (False: no room;
+        the sequence is then empty in this cache). No cells: nothing happens (the stream is skipped)."""
+        if len(pos) == 0:
+            return True
+        self.seq_rm(seq, 0, I32_MAX)
+        st = self.stream_of(seq)
+        if len(pos) > self.spec.size or len(pos) > self.free(st):
+            return False
+        o = np.argsort(pos, kind="stable")
+        self.seq_cells(seq).extend(pos[o], tok[o])
+        self.used[st] += len(pos)
+        return True
+
+
+class CellCache:
+    """A cache with a sliding window: cells, per stream, exactly as `llama_kv_cells` holds them
+    (position, sequence, token; -1 = empty) and the stream heads, so `find_slot`'s reuse of masked
+    cells, the purges of `apply_ubatch` and the resulting `pos_min` are llama.cpp's.
+
+    Kept cheap for large caches (--swa-full over a long context): per-sequence (pos_min, pos_max)
+    are cached and updated as cells are written, `find_slot` scans windows from the head instead of
+    the whole stream, and a decode that does not fit is rolled back from a journal of the cells it
+    wrote (no copy of the arrays)."""
+
+    _WINDOW = 4096
+
+    def __init__(self, spec: CacheSpec):
+        self.spec = spec
+        self._journal: list | None = None
+        self.clear()
+
+    def clear(self) -> None:
+        sh = (self.spec.n_stream, self.spec.size)
+        self.pos = np.full(sh, -1, dtype=np.int32)
+        self.seq = np.full(sh, -1, dtype=np.int16)
+        self.tok = np.full(sh, -1, dtype=np.int32)
+        self.head = [0] * self.spec.n_stream
+        self.used = [0] * self.spec.n_stream
+        self.seqs: list[set[int]] = [set() for _ in range(self.spec.n_stream)]  # may hold cells
+        self._stats: dict[tuple[int, int], tuple[int, int]] = {}  # (stream, seq) -> (pos_min, pos_max)
+
+    def stream_of(self, seq: int) -> int:
+        return 0 if self.spec.n_stream == 1 else seq
+
+    # -- per-sequence extremes ------------------------------------------------------------------------
+
+    def _minmax(self, s: int, q: int) -> tuple[int, int]:
+        v = self._stats.get((s, q))
+        if v is None:
+            p = self.pos[s][self.seq[s] == q]
+            v = (int(p.min()), int(p.max())) if len(p) else (-1, -1)
+            self._stats[(s, q)] = v
+        return v
+
+    def _invalidate(self, s: int, qs: Iterable[int]) -> None:
+        for q in qs:
+            self._stats.pop((s, int(q)), None)
+
+    # -- queries ----------------------------------------------------------------------------------------
+
+    def pos_min(self, seq: int) -> int:
+        return self._minmax(self.stream_of(seq), seq)[0]
+
+    def pos_max(self, seq: int) -> int:
+        return self._minmax(self.stream_of(seq), seq)[1]
+
+    def n_cells(self, seq: int) -> int:
+        s = self.stream_of(seq)
+        return int((self.seq[s] == seq).sum())
+
+    def _written_mask(self, seq: int) -> tuple[int, np.ndarray]:
+        s = self.stream_of(seq)
+        m = self.seq[s] == seq
+        pmax = self._minmax(s, seq)[1]
+        if pmax >= 0 and self.spec.n_swa > 0:
+            m &= ~is_masked(self.spec.swa_type, self.spec.n_swa, self.pos[s], pmax)
+        return s, m
+
+    def n_written(self, seq: int) -> int:
+        """Cells `state_write` writes: the sequence's cells the window does not mask at its pos_max."""
+        return int(self._written_mask(seq)[1].sum())
+
+    def written(self, seq: int) -> tuple[np.ndarray, np.ndarray]:
+        s, m = self._written_mask(seq)
+        return self.pos[s][m].copy(), self.tok[s][m].copy()
+
+    # -- journaled cell writes ------------------------------------------------------------------------
+
+    def _write(self, s: int, idxs: np.ndarray, pos, seq, tok) -> None:
+        if self._journal is not None:
+            self._journal.append((s, idxs, self.pos[s][idxs].copy(), self.seq[s][idxs].copy(),
+                                  self.tok[s][idxs].copy()))
+        self.pos[s][idxs] = pos
+        self.seq[s][idxs] = seq
+        self.tok[s][idxs] = tok
+
+    def _clear_cells(self, s: int, idxs: np.ndarray) -> None:
+        """Empty cells (all occupied) and move the head back to the first one, as seq_rm does."""
+        if not len(idxs):
+            return
+        self._invalidate(s, np.unique(self.seq[s][idxs]))
+        self._write(s, idxs, -1, -1, -1)
+        self.used[s] -= len(idxs)
+        if idxs[0] < self.head[s]:
+            self.head[s] = int(idxs[0])
+
+    def _begin(self) -> None:
+        self._journal = []
+        self._saved = (list(self.head), list(self.used), [set(x) for x in self.seqs], dict(self._stats))
+
+    def _rollback(self) -> None:
+        for s, idxs, p, q, t in reversed(self._journal):
+            self.pos[s][idxs] = p
+            self.seq[s][idxs] = q
+            self.tok[s][idxs] = t
+        self.head, self.used, self.seqs, self._stats = self._saved
+        self._journal = None
+
+    def _end(self) -> None:
+        self._journal = None
+        self._saved = None
+
+    # -- sequence operations -------------------------------------------------------------------------
+
+    def _rm(self, seq: int, p0: int, p1: int) -> None:
+        streams = range(self.spec.n_stream) if seq < 0 else [self.stream_of(seq)]
+        for s in streams:
+            if seq >= 0:
+                pmin, pmax = self._minmax(s, seq)
+                if pmax < p0 or pmin >= p1:
+                    continue  # nothing of this sequence in range
+                m = (self.seq[s] == seq) & (self.pos[s] >= p0) & (self.pos[s] < p1)
+            else:
+                m = (self.seq[s] >= 0) & (self.pos[s] >= p0) & (self.pos[s] < p1)
+            self._clear_cells(s, np.flatnonzero(m))
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        self._rm(seq, p0, p1)
+
+    def seq_add(self, seq: int, p0: int, p1: int, d: int) -> None:
+        s = self.stream_of(seq)
+        pos, sq = self.pos[s], self.seq[s]
+        idx = np.flatnonzero((sq == seq) & (pos >= p0) & (pos < p1))
+        first_freed = None
+        if len(idx):
+            self._invalidate(s, [seq])
+            pos[idx] += d
+            gone = idx[pos[idx] < 0]
+            if len(gone):
+                pos[gone] = -1
+                sq[gone] = -1
+                self.tok[s][gone] = -1
+                self.used[s] -= len(gone)
+                first_freed = int(gone[0])
+        self.head[s] = first_freed if first_freed is not None else 0
+
+    def seq_keep(self, seq: int) -> None:
+        s = self.stream_of(seq)
+        self._clear_cells(s, np.flatnonzero((self.seq[s] >= 0) & (self.seq[s] != seq)))
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        s0, s1 = self.stream_of(src), self.stream_of(dst)
+        m = self.seq[s0] == src
+        self.pos[s1][:] = -1
+        self.seq[s1][:] = -1
+        self.tok[s1][:] = -1
+        self.pos[s1][m] = self.pos[s0][m]
+        self.seq[s1][m] = dst
+        self.tok[s1][m] = self.tok[s0][m]
+        self.head[s1] = self.head[s0]
+        self.used[s1] = int(m.sum())
+        self.seqs[s1] = {dst}
+        self._stats = {k: v for k, v in self._stats.items() if k[0] != s1}
+
+    # -- find_slot / apply_ubatch ----------------------------------------------------------------------
+
+    def _find(self, s: int, n: int) -> np.ndarray | None:
+        """`find_slot` (non-contiguous): the first n usable cells in ring order from the head."""
+        spec = self.spec
+        size = spec.size
+        head = self.head[s]
+        if head > self.used[s] + 2 * n:
+            head = 0
+        if n > size:
+            return None
+        pos, sq = self.pos[s], self.seq[s]
+        lut = None
+        if spec.n_swa > 0 and self.used[s]:
+            lut = np.full(LLAMA_MAX_SEQ, -1, dtype=np.int64)
+            for q in self.seqs[s]:
+                lut[q] = self._minmax(s, q)[1]
+        found: list[np.ndarray] = []
+        need, start, scanned = n, head, 0
+        while scanned < size and need > 0:
+            end = min(size, start + max(self._WINDOW, 2 * need))
+            wsq = sq[start:end]
+            usable = wsq < 0
+            if lut is not None:
+                occ = ~usable
+                if occ.any():
+                    oi = np.flatnonzero(occ)
+                    usable[oi] = is_masked(spec.swa_type, spec.n_swa, pos[start:end][oi].astype(np.int64),
+                                            lut[wsq[oi]] + 1)
+            idx = np.flatnonzero(usable)[:need]
+            if len(idx):
+                found.append(idx + start)
+                need -= len(idx)
+            scanned += end - start
+            start = end if end < size else 0
+        if need > 0:
+            return None
+        return np.concatenate(found) if len(found) > 1 else found[0]
+
+    def _apply(self, groups: list[tuple[int, np.ndarray, np.ndarray, int | np.ndarray, np.ndarray]]) -> None:
+        """`apply_ubatch`: groups of (stream, cell idxs, positions, seq(s), tokens) already found."""
+        rm_max: dict[int, int] = {}
+        for s, idxs, pos, seq, tok in groups:
+            old_sq = self.seq[s][idxs]
+            occ = old_sq >= 0
+            n_new = len(idxs)
+            if occ.any():
+                old_pos = self.pos[s][idxs][occ]
+                osq = old_sq[occ]
+                for q in np.unique(osq):
+                    q = int(q)
+                    rm_max[q] = max(rm_max.get(q, -1), int(old_pos[osq == q].max()))
+                    self._stats.pop((s, q), None)
+                n_new -= int(occ.sum())
+            self._write(s, idxs, pos, seq, tok)
+            self.used[s] += n_new
+            for q in (np.unique(seq).tolist() if isinstance(seq, np.ndarray) else [int(seq)]):
+                self.seqs[s].add(int(q))
+                v = self._stats.get((s, q))
+                if v is not None:
+                    pq = pos if not isinstance(seq, np.ndarray) else pos[seq == q]
+                    lo, hi = int(pq.min()), int(pq.max())
+                    self._stats[(s, q)] = (lo if v[0] < 0 else min(v[0], lo), max(v[1], hi))
+        for q in sorted(rm_max):
+            mx = rm_max[q]
+            s = self.stream_of(q)
+            pmin = self._minmax(s, q)[0]
+            if pmin <= mx:
+                self._rm(q, max(pmin, 0), mx + 1)
+        for s, idxs, _, _, _ in groups:
+            self.head[s] = int(idxs[-1]) + 1
+
+    def prepare(self, ubatches, pos: np.ndarray, tok: np.ndarray) -> bool:
+        """Place every ubatch in turn (journaled); False, with everything undone, when one does not fit.
+        On True the cells stay placed until `commit` (or `rollback`)."""
+        self._begin()
+        for ub in ubatches:
+            groups = []
+            if self.spec.n_stream == 1:
+                rows = np.concatenate([r for _, r in ub]) if len(ub) > 1 else ub[0][1]
+                idxs = self._find(0, len(rows))
+                if idxs is None:
+                    self._rollback()
+                    return False
+                seqs = np.concatenate([np.full(len(r), q, dtype=np.int16) for q, r in ub])
+                groups.append((0, idxs, pos[rows], seqs, tok[rows]))
+            else:
+                for q, rows in sorted(ub, key=lambda g: g[0]):
+                    idxs = self._find(self.stream_of(q), len(rows))
+                    if idxs is None:
+                        self._rollback()
+                        return False
+                    groups.append((self.stream_of(q), idxs, pos[rows], q, tok[rows]))
+            self._apply(groups)
+        return True
+
+    def commit(self) -> None:
+        self._end()
+
+    def rollback(self) -> None:
+        self._rollback()
+
+    def restore(self, seq: int, pos: np.ndarray, tok: np.ndarray) -> bool:
+        """`state_read_meta`: remove the sequence, find len(pos) cells as one ubatch, place them.
+        No cells: nothing happens (`state_read` skips a stream with cell_count 0)."""
+        if len(pos) == 0:
+            return True
+        self._rm(seq, 0, I32_MAX)
+        if len(pos) > self.spec.size:
+            return False
+        s = self.stream_of(seq)
+        idxs = self._find(s, len(pos))
+        if idxs is None:
+            return False
+        self._apply([(s, idxs, pos, seq, tok)])
+        return True
+

@@ -1,0 +1,315 @@
+"""The memory of one `llama_context` (the target, or the draft of `-md`) on paper.
+
+`PaperContext` holds the caches llama.cpp's `create_memory` builds for the model and answers what
+`llama_memory_*` and `llama_decode` answer: a plain KV cache (`CountCache`), or the iSWA pair of a SWA
+model (a full cache for the full-attention layers and a window cache of
+`pad(n_swa * (n_seq if unified else 1) + n_ubatch, 256)` cells, the whole context with `--swa-full`).
+`decode` applies `llama_batch_allocr`'s position checks (-1 on a non-consecutive batch), splits into
+ubatches as the memory's `init_batch` does (`split_simple` / `split_equal`) and prepares every cache
+before committing any, so it returns 1 ("failed to find free space") exactly when the real context
+does. The state (`state_size`, `payload`, `writer`, `restore`, `read_real`) is written and read
+part by part, in the order of the memory's `state_write`; PARTIAL_ONLY writes the window cache only."""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+import numpy as np
+
+from slotlab.errors import ConfigError
+from slotlab.memory.paper.blob import PaperState
+from slotlab.memory.paper.cells import CellCache, CountCache
+from slotlab.memory.paper.format import (I32_MAX, IO_MAGIC, CacheSpec, Source, StateReadError, Writer, kv_layers,
+                                         pad, read_kv_part, write_kv_part)
+from slotlab.memory.profile import ModelProfile
+
+__all__ = ["PaperContext", "split_equal", "split_simple", "step_batch"]
+
+
+class PaperContext:
+    """The memory of one `llama_context`: a KV cache, or the iSWA pair (full + window)."""
+
+    def __init__(self, profile: ModelProfile, *, n_ctx_seq: int, n_seq_max: int, unified: bool, swa_full: bool,
+                 n_ubatch: int, type_k: str, type_v: str, v_trans: bool):
+        if profile.memory != "kv":
+            raise NotImplementedError(f"{profile.architecture}: a {profile.memory} memory is not modelled by the "
+                                      "paper memory yet (only KV caches, with or without a sliding window)")
+        self.profile = profile
+        self.n_seq_max = n_seq_max
+        n_stream = 1 if unified else n_seq_max
+        ext = profile.n_pos_per_embd > 1
+        self.can_shift = profile.n_pos_per_embd == 1 and profile.architecture != "step35"
+        if profile.is_swa_model:
+            size_swa = pad(min(n_ctx_seq, profile.n_swa * (n_seq_max if unified else 1) + n_ubatch))
+            if swa_full:
+                size_swa = n_ctx_seq
+            base = CacheSpec("base", n_ctx_seq, n_stream, n_seq_max, 0, "none",
+                         kv_layers(profile, profile.layers(False), type_k, type_v), v_trans, ext)
+            swa = CacheSpec("swa", size_swa, n_stream, n_seq_max, profile.n_swa, profile.swa_type,
+                        kv_layers(profile, profile.layers(True), type_k, type_v), v_trans, ext)
+            self.caches: tuple = (CountCache(base), CellCache(swa))
+            self.pos_cache = self.caches[1]
+            self.partial_parts = (1,)
+            self.can_shift = self.can_shift and base.size == swa.size
+        else:
+            kv = CacheSpec("kv", n_ctx_seq, n_stream, n_seq_max, 0, "none",
+                       kv_layers(profile, profile.layers(), type_k, type_v), v_trans, ext)
+            self.caches = (CountCache(kv),)
+            self.pos_cache = self.caches[0]
+            self.partial_parts = (0,)  # a plain KV cache ignores PARTIAL_ONLY: it writes everything
+        self.iswa = profile.is_swa_model
+
+    def parts(self, partial: bool) -> tuple[int, ...]:
+        return self.partial_parts if partial else tuple(range(len(self.caches)))
+
+    def key(self, partial: bool) -> tuple:
+        return tuple(self.caches[i].spec.key for i in self.parts(partial))
+
+    # -- sequence operations ----------------------------------------------------------------------
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        p0 = 0 if p0 < 0 else p0
+        p1 = I32_MAX if p1 < 0 else p1
+        for c in self.caches:
+            c.seq_rm(seq, p0, p1)
+        return True
+
+    def seq_add(self, seq: int, p0: int, p1: int, d: int) -> None:
+        if d == 0:
+            return
+        p0 = 0 if p0 < 0 else p0
+        p1 = I32_MAX if p1 < 0 else p1
+        if p0 == p1:
+            return
+        for c in self.caches:
+            c.seq_add(seq, p0, p1, d)
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        if src == dst:
+            return
+        if self.caches[0].spec.n_stream == 1:
+            raise NotImplementedError("seq_cp inside one stream (cells shared by two sequences) is not modelled "
+                                      "by the paper memory")
+        for c in self.caches:
+            c.seq_cp(src, dst)
+
+    def seq_keep(self, seq: int) -> None:
+        for c in self.caches:
+            c.seq_keep(seq)
+
+    def pos_min(self, seq: int) -> int:
+        return self.pos_cache.pos_min(seq)
+
+    def pos_max(self, seq: int) -> int:
+        return self.pos_cache.pos_max(seq)
+
+    def clear(self) -> None:
+        for c in self.caches:
+            c.clear()
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    def state_size(self, seq: int, partial: bool) -> int:
+        return 8 + sum(self.caches[i].spec.write_size(self.caches[i].n_written(seq)) for i in self.parts(partial))
+
+    def payload(self, seq: int, partial: bool) -> PaperState:
+        ids = self.parts(partial)
+        parts = tuple(self.caches[i].written(seq) for i in ids)
+        size = 8 + sum(self.caches[i].spec.write_size(len(p)) for i, (p, _) in zip(ids, parts))
+        return PaperState(self.key(partial), parts, size, seq, tuple(self.caches[i].spec for i in ids),
+                          tuple(self.caches[i].stream_of(seq) for i in ids))
+
+    def writer(self, seq: int, partial: bool, *, header: bool = True) -> Writer:
+        w = Writer()
+        if header:
+            w.put(struct.pack("<Ii", IO_MAGIC, seq))
+        for i in self.parts(partial):
+            c = self.caches[i]
+            p, t = c.written(seq)
+            write_kv_part(w, c.spec, c.stream_of(seq), seq, p, t)
+        return w
+
+    def restore(self, seq: int, partial: bool, parts: Sequence[tuple[np.ndarray, np.ndarray]] | None,
+                n_ok: int | None = None) -> bool:
+        """Restore parts (cells per cache, in order). `n_ok`: only the first n parts parsed; the next
+        cache then fails (it is emptied of the sequence, as `state_clear` does)."""
+        ids = self.parts(partial)
+        n_ok = len(ids) if n_ok is None else n_ok
+        for j, i in enumerate(ids):
+            c = self.caches[i]
+            if j >= n_ok:
+                c.seq_rm(seq, 0, I32_MAX)
+                return False
+            p, t = parts[j]
+            if not c.restore(seq, np.asarray(p, dtype=np.int32), np.asarray(t, dtype=np.int32)):
+                c.seq_rm(seq, 0, I32_MAX)
+                return False
+        return True
+
+    def read_real(self, src, off: int, seq: int, partial: bool) -> int:
+        """Parse real-format bytes (a buffer or a `Source`) from `off` and restore them; returns the end
+        offset, or 0 on failure."""
+        if not isinstance(src, Source):
+            src = Source(src)
+        parts = []
+        ids = self.parts(partial)
+        for i in ids:
+            spec = self.caches[i].spec
+            try:
+                off, streams = read_kv_part(src, off, spec)
+            except StateReadError:
+                self.restore(seq, partial, parts, n_ok=len(parts))
+                return 0
+            if streams:
+                _, p, t = streams[-1]  # every stream loads into the destination's: the last one wins
+            else:
+                p, t = np.empty(0, np.int32), np.empty(0, np.int32)
+            parts.append((p, t))
+        return off if self.restore(seq, partial, parts) else 0
+
+    # -- decode -----------------------------------------------------------------------------------------
+
+    def decode(self, tok: np.ndarray, pos: np.ndarray, seq: np.ndarray, n_ubatch: int, n_vocab: int) -> int:
+        n = len(tok)
+        if n == 0:
+            return -1
+        if n_vocab > 0 and (tok.min() < 0 or tok.max() >= n_vocab):
+            return -1
+        # every step of a simulation decodes here: numpy calls are kept few (runs and slices, not masks)
+        runs = self._runs(seq)
+        first: dict[int, tuple[int, int]] = {}  # seq -> its only run (a, b); (-1, -1): several runs
+        for q, a, b in runs:
+            first[q] = (a, b) if q not in first else (-1, -1)
+        qs = sorted(first)  # np.unique(seq), from the runs
+        if qs[0] < 0 or qs[-1] >= self.n_seq_max:
+            return -1
+        # llama_batch_allocr::init: positions must continue each sequence (Y = X + 1), never decrease
+        mrope = self.profile.n_pos_per_embd > 1
+        for q in qs:
+            a, b = first[q]
+            pq = pos[a:b] if a >= 0 else pos[seq == q]
+            lo, hi = int(pq[0]), int(pq[-1])  # sorted (checked below): the extremes are the ends
+            if len(pq) > 1:
+                d = pq[1:] - pq[:-1]
+                if d.min() < 0:
+                    return -1
+            p0 = self.pos_max(q)
+            if mrope:
+                if p0 >= 0 and p0 >= lo:
+                    return -1
+            else:
+                if p0 >= 0 and lo != p0 + 1:
+                    return -1
+                if hi - lo + 1 > (1 + int(np.count_nonzero(d)) if len(pq) > 1 else 1):  # distinct values
+                    return -1
+        unified = self.caches[0].spec.n_stream == 1
+        if self.iswa:
+            attempts = [split_simple(n, n_ubatch, seq), None] if unified else [None]
+            for i, ubs in enumerate(attempts):
+                if ubs is None:
+                    ubs = split_equal(runs, seq, n_ubatch, sequential=not unified)
+                if not self.caches[0].prepare(ubs):
+                    continue
+                if not self.caches[1].prepare(ubs, pos, tok):
+                    continue
+                self.caches[0].commit(ubs, pos, tok)
+                self.caches[1].commit()
+                return 0
+            return 1
+        cache = self.caches[0]
+        if cache.spec.size >= n_ubatch:
+            # No ubatch can exceed the cache, so `prepare` over the ubatches (split_simple / split_equal)
+            # fails exactly when a stream's rows exceed its free cells, and `commit` appends each
+            # sequence's rows in batch order whatever the split: the same outcome without splitting.
+            rows = {q: (pos[a:b], tok[a:b]) if a >= 0 else (pos[seq == q], tok[seq == q])
+                    for q, (a, b) in first.items()}
+            need: dict[int, int] = {}
+            for q, (pq, _) in rows.items():
+                st = cache.stream_of(q)
+                need[st] = need.get(st, 0) + len(pq)
+            if any(k > cache.free(st) for st, k in need.items()):
+                return 1
+            for q, (pq, tq) in rows.items():
+                cache.seq_cells(q).extend(pq, tq, in_order=True)
+            for st, k in need.items():
+                cache.used[st] += k
+            return 0
+        ubs = split_simple(n, n_ubatch, seq) if unified else split_equal(runs, seq, n_ubatch, sequential=True)
+        if not cache.prepare(ubs):
+            return 1
+        cache.commit(ubs, pos, tok)
+        return 0
+
+    @staticmethod
+    def _runs(seq: np.ndarray) -> list[tuple[int, int, int]]:
+        """Maximal runs of one sequence in batch order: (seq, start, end)."""
+        n = len(seq)
+        if n == 1:
+            return [(int(seq[0]), 0, 1)]
+        cut = (np.flatnonzero(seq[1:] != seq[:-1]) + 1).tolist()
+        starts = [0] + cut
+        return [(q, a, b) for q, a, b in zip(seq[starts].tolist(), starts, cut + [n])]
+
+
+def split_simple(n: int, n_ubatch: int, seq: np.ndarray) -> list[list[tuple[int, np.ndarray]]]:
+    """`split_simple`: consecutive rows, n_ubatch at a time (each ubatch as per-sequence row groups)."""
+    out = []
+    for a in range(0, n, n_ubatch):
+        rows = np.arange(a, min(n, a + n_ubatch))
+        # keep batch order: groups of consecutive rows of one sequence
+        sq = seq[rows]
+        cut = np.flatnonzero(np.diff(sq)) + 1
+        out.append([(int(sq[r[0] - a]), r) for r in np.split(rows, cut)])
+    return out
+
+
+def split_equal(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) -> list[list[tuple[int, np.ndarray]]]:
+    """`split_equal`: per ubatch, a set of sequences (in order of appearance; with `sequential`
+    consecutive increasing ids), the same number of rows of each."""
+    rows_of: dict[int, np.ndarray] = {}
+    if len(runs) == 1:
+        rows_of[runs[0][0]] = np.arange(len(seq))
+    else:
+        for q in sorted({r[0] for r in runs}):  # np.unique(seq), from the runs
+            rows_of[q] = np.flatnonzero(seq == q)
+    cur_idx = {q: 0 for q in rows_of}
+    n_left = len(seq)
+    out = []
+    while n_left > 0:
+        chosen: list[int] = []
+        last = -1
+        for q, a, b in runs:
+            # a run is "unused" while its sequence still has rows at or after this run's start
+            r = rows_of[q]
+            if cur_idx[q] >= len(r) or r[cur_idx[q]] >= b:
+                continue
+            if q in chosen:
+                continue
+            if sequential and chosen and q != last + 1:
+                continue
+            chosen.append(q)
+            last = q
+            if len(chosen) > n_ubatch:
+                break
+        if not chosen:
+            break
+        k_max = max(1, n_ubatch // len(chosen))
+        k = min(min(len(rows_of[q]) - cur_idx[q] for q in chosen), k_max)
+        ub = []
+        for q in chosen:
+            i = cur_idx[q]
+            ub.append((q, rows_of[q][i:i + k]))
+            cur_idx[q] = i + k
+            n_left -= k
+        out.append(ub)
+    return out
+
+
+def step_batch(runs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A step of `PaperMemory.advance_steps` as batch rows (tokens, positions, sequences)."""
+    tok = np.concatenate([np.asarray(t, dtype=np.int32) for _, t, _ in runs])
+    pos = np.concatenate([np.arange(p0, p0 + len(t), dtype=np.int32) for _, t, p0 in runs])
+    seq = np.concatenate([np.full(len(t), q, dtype=np.int32) for q, t, _ in runs])
+    return tok, pos, seq
+
