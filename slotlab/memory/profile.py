@@ -32,11 +32,20 @@ from typing import Any
 
 from slotlab.errors import ModelError
 
-__all__ = ["GGML_TYPES", "GGUFError", "ModelProfile", "default_model_gguf", "read_gguf_kv", "row_size"]
+__all__ = ["GGML_TYPES", "GGUFError", "ModelProfile", "ProfileError", "REQUIRED_FIELDS", "default_model_gguf",
+           "read_gguf_kv", "row_size"]
 
 
 class GGUFError(ModelError, ValueError):
     """A file that is not a readable GGUF header (or lacks a key the profile needs)."""
+
+
+class ProfileError(ModelError, ValueError):
+    """A JSON model profile that cannot be read: not JSON, a field missing or of the wrong kind."""
+
+
+#: the fields every profile must give (the rest have llama.cpp's defaults)
+REQUIRED_FIELDS = ("architecture", "n_layer", "n_ctx_train", "n_vocab", "n_head_kv", "n_embd_head_k", "n_embd_head_v")
 
 
 # ---------------------------------------------------------------------------- ggml types of a KV cache
@@ -258,6 +267,20 @@ class ModelProfile:
     n_embd: int = 0
     name: str | None = None
     notes: tuple[str, ...] = ()  # what had to be assumed; () = exactly llama.cpp's hparams
+    # -- the recurrent state (memory "recurrent" / "hybrid"): llama_hparams' fields of the same names
+    # per layer, what the memory holds for it (create_memory's filter_attn / filter_recr):
+    # "A" attention (K/V cells), "R" recurrent (r/s rows), "B" both (falcon-h1), "-" neither (an MLP
+    # block of nemotron_h). "" = every layer "A" (memory "kv") or "R" (memory "recurrent").
+    layer_memory: str = ""
+    ssm_d_conv: int = 0  # {arch}.ssm.conv_kernel
+    ssm_d_inner: int = 0  # {arch}.ssm.inner_size
+    ssm_d_state: int = 0  # {arch}.ssm.state_size
+    ssm_n_group: int = 0  # {arch}.ssm.group_count (read by mamba2 and the hybrids, not mamba / jamba)
+    shortconv_l_cache: int = 0  # {arch}.shortconv.l_cache (lfm2)
+    wkv_head_size: int = 0  # {arch}.wkv.head_size (rwkv)
+    token_shift_count: int = 0  # {arch}.token_shift_count (rwkv; llama.cpp's default 2)
+    unsized: str = ""  # why slotlab cannot size this memory ("" = it can): the paper memory refuses it
+    sources: tuple[tuple[str, str], ...] = ()  # (field, where its value comes from): a JSON profile's citations
 
     def __post_init__(self):
         n = self.n_layer
@@ -284,6 +307,23 @@ class ModelProfile:
             raise ValueError(f"unknown memory {self.memory!r}")
         if self.swa_type != "none" and self.n_swa <= 0:
             raise ValueError(f"swa_type {self.swa_type!r} needs n_swa > 0")
+        lm = self.layer_memory
+        if set(lm) - set("ARB-"):
+            raise ValueError("layer_memory must be a string of A (attention), R (recurrent), B (both) and - (neither) "
+                             "per layer")
+        if lm and len(lm) != n:
+            raise ValueError(f"layer_memory has {len(lm)} values for {n} layers")
+        if self.memory == "hybrid" and not lm and not self.unsized:
+            raise ValueError("a hybrid profile needs layer_memory (which layers are attention, which recurrent)")
+        if self.memory in ("recurrent", "hybrid") and not self.unsized:
+            if not self.rs_layers():
+                raise ValueError(f"a {self.memory} profile needs at least one recurrent layer (R or B in layer_memory)")
+            if self.n_embd_r() == 0 and self.n_embd_s() == 0:
+                raise ValueError(f"a {self.memory} profile needs its state sizes: ssm_d_conv, ssm_d_inner and "
+                                 "ssm_d_state (mamba / gated delta net), shortconv_l_cache with n_embd (lfm2), or "
+                                 "wkv_head_size with n_embd (rwkv)")
+        src = self.sources.items() if isinstance(self.sources, dict) else self.sources
+        object.__setattr__(self, "sources", tuple(sorted((str(k), str(v)) for k, v in src)))
 
     # -- derived ---------------------------------------------------------------------------------
 
@@ -295,13 +335,52 @@ class ModelProfile:
     def is_swa(self, il: int) -> bool:
         return bool(self.swa_layers) and self.swa_layers[il]
 
+    def in_trunk(self, il: int) -> bool:
+        """Layer `il` is below `hparams.n_layer()` (the trailing MTP / NextN layers are not)."""
+        return not (self.n_layer_nextn > 0 and il >= self.n_layer - self.n_layer_nextn)
+
     def has_kv(self, il: int) -> bool:
-        """`hparams.has_kv(il)` and the trunk filter (MTP layers excluded)."""
+        """`hparams.has_kv(il)`, the trunk filter (MTP layers excluded) and, for a hybrid memory, the
+        attention filter: the layer has cells in the (attention) KV cache."""
+        if self.memory == "recurrent":
+            return False
         if self.n_layer_kv >= 0 and il >= self.n_layer_kv:
             return False
-        if self.n_layer_nextn > 0 and il >= self.n_layer - self.n_layer_nextn:
+        if not self.in_trunk(il):
             return False
+        if self.layer_memory:
+            return self.layer_memory[il] in "AB"
         return True
+
+    def rs_layers(self) -> list[int]:
+        """Layers with rows in the recurrent memory (llama_memory_recurrent's filter), trunk only."""
+        if self.memory not in ("recurrent", "hybrid"):
+            return []
+        lm = self.layer_memory or "R" * self.n_layer
+        return [il for il in range(self.n_layer) if self.in_trunk(il) and lm[il] in "RB"]
+
+    def n_layer_trunk(self) -> int:
+        """`hparams.n_layer()`: what the recurrent state writes as its layer count."""
+        return self.n_layer - self.n_layer_nextn
+
+    def n_embd_r(self) -> int:
+        """`llama_hparams::n_embd_r`: elements of one layer's r row (the convolution / token-shift state)."""
+        if self.wkv_head_size:
+            return self.token_shift_count * self.n_embd
+        if self.shortconv_l_cache:
+            return self.n_embd * (self.shortconv_l_cache - 1)
+        return (self.ssm_d_conv - 1 if self.ssm_d_conv > 0 else 0) * (self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state)
+
+    def n_embd_s(self) -> int:
+        """`llama_hparams::n_embd_s`: elements of one layer's s row (the SSM / WKV / delta-net state)."""
+        if self.wkv_head_size:
+            return self.n_embd * self.wkv_head_size
+        return self.ssm_d_state * self.ssm_d_inner
+
+    def rs_bytes_per_seq(self) -> int:
+        """The r and s rows of one sequence in every recurrent layer (f32, as create_memory allocates
+        them): the tensor part of a recurrent state blob, whatever the sequence's length."""
+        return len(self.rs_layers()) * 4 * (self.n_embd_r() + self.n_embd_s())
 
     def layers(self, swa: bool | None = None) -> list[int]:
         """Layer ids of one cache: all KV layers (None), the full-attention ones (False) or the SWA ones (True)."""
@@ -328,7 +407,7 @@ class ModelProfile:
         """What a state blob must agree on to be restorable (the layer structure and widths)."""
         return (self.architecture, self.n_layer, self.n_head_kv, self.n_embd_head_k, self.n_embd_head_v,
                 self.n_embd_head_k_swa, self.n_embd_head_v_swa, self.swa_layers, self.n_layer_nextn,
-                self.n_layer_kv, self.mla, self.n_pos_per_embd)
+                self.n_layer_kv, self.mla, self.n_pos_per_embd, self.layer_memory, self.n_embd_r(), self.n_embd_s())
 
     # -- JSON --------------------------------------------------------------------------------------
 
@@ -340,6 +419,7 @@ class ModelProfile:
             d["n_head_kv"] = list(self.n_head_kv)
         d["swa_layers"] = "".join("S" if x else "F" for x in self.swa_layers)
         d["notes"] = list(self.notes)
+        d["sources"] = dict(self.sources)
         return d
 
     def to_json(self, path: str | os.PathLike | None = None, *, indent: int = 2) -> str:
@@ -355,6 +435,12 @@ class ModelProfile:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown model profile field(s): {', '.join(unknown)}")
+        missing = [f for f in REQUIRED_FIELDS if f not in d]
+        if d.get("swa_type", "none") != "none":
+            missing += [f for f in ("n_swa", "swa_layers") if f not in d]
+        if missing:
+            raise ValueError(f"model profile: missing field(s) {', '.join(missing)} (required: "
+                             f"{', '.join(REQUIRED_FIELDS)}; with a sliding window also n_swa and swa_layers)")
         d = dict(d)
         sw = d.get("swa_layers", ())
         if isinstance(sw, str):
@@ -369,13 +455,29 @@ class ModelProfile:
     def from_json(cls, src: str | os.PathLike | dict) -> "ModelProfile":
         """A profile from a JSON file, JSON text or a dict (as `to_json` writes). Required: architecture,
         n_layer, n_ctx_train, n_vocab, n_head_kv (scalar or per layer), n_embd_head_k, n_embd_head_v;
-        for a SWA model also n_swa, swa_type and swa_layers ("FFFFFS..." or a list of booleans)."""
-        if isinstance(src, dict):
-            return cls.from_dict(src)
-        s = str(src)
-        if s.lstrip().startswith("{"):
-            return cls.from_dict(json.loads(s))
-        return cls.from_dict(json.loads(Path(src).read_text(encoding="utf-8")))
+        for a SWA model also n_swa, swa_type and swa_layers ("FFFFFS..." or a list of booleans); for a
+        recurrent / hybrid one memory, layer_memory (hybrid) and the state's hyperparameters (ssm_*,
+        shortconv_l_cache or wkv_head_size). A field missing, or of the wrong kind, is named: the
+        error says which file and which field."""
+        where = "profile"
+        try:
+            if isinstance(src, dict):
+                return cls.from_dict(src)
+            s = str(src)
+            if s.lstrip().startswith("{"):
+                return cls.from_dict(json.loads(s))
+            where = str(src)
+            try:
+                text = Path(src).read_text(encoding="utf-8")
+            except OSError as e:
+                raise ProfileError(f"cannot read the model profile {src}: {e.strerror or e}") from None
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise ProfileError(f"{where}: not JSON ({e})") from None
+        except ProfileError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise ProfileError(f"{where}: {e}") from None
 
     # -- GGUF --------------------------------------------------------------------------------------
 
@@ -415,7 +517,7 @@ class ModelProfile:
             hk = hv = 0
         hk_swa = int(get("attention.key_length_swa", hk))
         hv_swa = int(get("attention.value_length_swa", hv))
-        mla = get("attention.key_length_mla") is not None and get("attention.value_length_mla") is not None
+        mla = bool(get("attention.key_length_mla")) and bool(get("attention.value_length_mla"))  # is_mla(): both > 0
 
         toks = kv.get("tokenizer.ggml.tokens")  # llama_vocab_n_tokens: the tokenizer's token list
         vocab = len(toks) if toks is not None else get("vocab_size")
@@ -430,8 +532,12 @@ class ModelProfile:
             memory = "hybrid"
         elif arch in NO_MEMORY_ARCHS:
             memory = "none"
-        if memory != "kv":
-            notes.append(f"{arch}: a {memory} memory; its state sizes are not modelled")
+        if memory == "none":
+            notes.append(f"{arch}: no memory (an encoder); its state sizes are not modelled")
+        rs = _recurrent_hparams(arch, memory, get, n_layer, n_nextn, n_head_kv) if memory in ("recurrent", "hybrid") \
+            else {}
+        if rs.get("unsized"):
+            notes.append(rs["unsized"])
 
         # the sliding window
         swa_type, n_swa, swa_layers = "none", 0, ()
@@ -462,6 +568,11 @@ class ModelProfile:
                 n_swa = int(key_swa)  # read but unused (a model without SWA reports it)
             if n_swa == 0 and on:
                 raise GGUFError(f"{source}: {arch} needs {arch}.attention.sliding_window")
+        elif arch == "lfm2":  # lfm2.cpp: a window > 0 makes every attention layer SWA (the pattern key is not read)
+            if key_swa is not None and int(key_swa) > 0:
+                swa_type, n_swa = "standard", int(key_swa)
+                lm = rs.get("layer_memory", "")
+                swa_layers = tuple(c == "A" for c in lm) if lm else ()
         elif isinstance(pat, list) and key_swa:
             swa_type, n_swa = "standard", int(key_swa)
             swa_layers = pattern(0, False)
@@ -488,12 +599,83 @@ class ModelProfile:
                    n_embd_head_k_swa=hk_swa if hk_swa != hk else 0, n_embd_head_v_swa=hv_swa if hv_swa != hv else 0,
                    n_swa=n_swa, swa_type=swa_type, swa_layers=swa_layers, n_layer_nextn=n_nextn,
                    n_layer_kv=n_layer_kv, mla=mla, n_pos_per_embd=n_pos, memory=memory, n_embd=n_embd,
-                   name=kv.get("general.name"), notes=tuple(notes))
+                   name=kv.get("general.name"), notes=tuple(notes), **rs)
 
     @classmethod
     def default(cls) -> "ModelProfile":
         """The profile of slotlab's embedded default model (Gemma 3 270M), read from its GGUF."""
         return cls.from_gguf(default_model_gguf())
+
+
+# ---------------------------------------------------------------------------- the recurrent state
+
+# arch -> (the state's kind, reads {arch}.ssm.group_count, which layers are recurrent), after each
+# architecture's load_arch_hparams (src/models/<arch>.cpp) and create_memory's layer filters
+# (src/llama-model.cpp): "all" every trunk layer (a recurrent memory), "kv0" the layers whose
+# head_count_kv is 0, "nemotron" those with head_count_kv 0 and feed_forward_length 0 (attention: kv > 0
+# and ff 0; an MLP block is neither), "both" every layer both (falcon-h1), "interval" from
+# attention.recurrent_layers or full_attention_interval (default 4: every 4th layer attention).
+_RS_RULES: dict[str, tuple[str, bool, str]] = {
+    "mamba": ("ssm", False, "all"), "mamba2": ("ssm", True, "all"),
+    "rwkv6": ("wkv", False, "all"), "rwkv6qwen2": ("wkv", False, "all"), "rwkv7": ("wkv", False, "all"),
+    "arwkv7": ("wkv", False, "all"),
+    "jamba": ("ssm", False, "kv0"), "granitehybrid": ("ssm", True, "kv0"), "plamo2": ("ssm", True, "kv0"),
+    "lfm2": ("shortconv", False, "kv0"), "lfm2moe": ("shortconv", False, "kv0"),
+    "nemotron_h": ("ssm", True, "nemotron"), "nemotron_h_moe": ("ssm", True, "nemotron"),
+    "falcon-h1": ("ssm", True, "both"),
+    "qwen3next": ("ssm", True, "interval"), "qwen35": ("ssm", True, "interval"), "qwen35moe": ("ssm", True, "interval"),
+}
+_STATE_KEYS = {"ssm": ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size"), "shortconv": ("shortconv.l_cache",),
+               "wkv": ("wkv.head_size",)}
+
+
+def _recurrent_hparams(arch: str, memory: str, get, n_layer: int, n_nextn: int, n_head_kv: tuple[int, ...]) -> dict:
+    """The recurrent state's fields of a ModelProfile read from a GGUF; `unsized` (and nothing else)
+    when slotlab cannot size this architecture's state, naming the architecture and what it lacks."""
+    rule = _RS_RULES.get(arch)
+    if rule is None:
+        known = ", ".join(sorted(_RS_RULES))
+        what = {"kimi-linear": "kda.head_dim (a KDA state)", "kimi-k3": "kda.head_dim (a KDA state)",
+                "glm5-next": "kda.head_dim (a KDA state) and an indexer cache",
+                "minimax-01": "attention.head_dim_la (a lightning-attention state)",
+                "qwen4exp": "an indexer cache", "deepseek4": "its compressed / indexer caches",
+                "bailingmoe3": "its linear-attention state"}.get(arch, "the layout of its state")
+        return {"unsized": f"{arch}: slotlab cannot size this {memory} memory: it does not model {arch}'s "
+                           f"{what} (it sizes the recurrent state of {known})"}
+    kind, reads_group, layers = rule
+    missing = [f"{arch}.{k}" for k in _STATE_KEYS[kind] + (("ssm.group_count",) if reads_group else ())
+               if get(k) is None]
+    if missing:
+        return {"unsized": f"{arch}: slotlab cannot size the recurrent state: the GGUF lacks {', '.join(missing)}"}
+    out: dict[str, Any] = {}
+    if kind == "ssm":
+        out.update(ssm_d_conv=int(get("ssm.conv_kernel")), ssm_d_inner=int(get("ssm.inner_size")),
+                   ssm_d_state=int(get("ssm.state_size")), ssm_n_group=int(get("ssm.group_count")) if reads_group else 0)
+    elif kind == "shortconv":
+        out.update(shortconv_l_cache=int(get("shortconv.l_cache")))
+    else:
+        out.update(wkv_head_size=int(get("wkv.head_size")), token_shift_count=int(get("token_shift_count", 2)))
+    n_trunk = n_layer - n_nextn
+    if layers == "all":
+        lm = "R" * n_trunk + "-" * n_nextn
+    elif layers == "kv0":
+        lm = "".join("R" if n_head_kv[il] == 0 else "A" for il in range(n_trunk)) + "-" * n_nextn
+    elif layers == "nemotron":
+        n_ff = _per_layer(get("feed_forward_length", 0), n_layer, f"{arch}.feed_forward_length")
+        lm = "".join(("R" if n_head_kv[il] == 0 else "A") if n_ff[il] == 0 else "-" for il in range(n_trunk))
+        lm += "-" * n_nextn
+    elif layers == "both":
+        lm = "B" * n_trunk + "-" * n_nextn
+    else:  # interval
+        arr = get("attention.recurrent_layers")
+        if isinstance(arr, list):
+            is_recr = [bool(x) for x in arr] + [False] * (n_layer - len(arr))
+        else:
+            interval = int(get("full_attention_interval", 4))
+            is_recr = [il < n_trunk and (il + 1) % interval != 0 for il in range(n_layer)]
+        lm = "".join("R" if is_recr[il] else ("A" if il < n_trunk else "-") for il in range(n_layer))
+    out["layer_memory"] = "" if memory == "recurrent" and set(lm) <= {"R", "-"} and n_nextn == 0 else lm
+    return out
 
 
 def default_model_gguf() -> Path:

@@ -36,9 +36,19 @@ zero) into the buffer, which `state_set` reads back — a real context can also 
 Slot files (`save_file`) are real llama.cpp sequence-state files (magic, version, token payload, state)
 with the tensor data written as holes (sparse files): the byte count and file size are the real ones.
 
-Not modelled: recurrent and hybrid memories (ModelProfile.memory != "kv"), cells shared by several
-sequences (`seq_cp` inside one stream), the contents of the K/V tensors. The sampler and the draft
-model produce placeholder tokens (see `PaperVocab`).
+* the recurrent memory of Mamba / RWKV-style models and the recurrent part of a hybrid one (Qwen3.5,
+  Qwen3-Next, Granite 4.0 H, Nemotron-H, LFM2, Falcon-H1, Jamba): one state a sequence, r / s rows
+  sized from the header's ssm / conv / group (or short-convolution) hyperparameters as
+  llama-memory-recurrent allocates them; `seq_rm` refuses a partial cut of a state's end (the
+  server's seq_rm FULL); a hybrid memory reports the larger of its parts' `pos_min` and the smaller
+  of their `pos_max`; its PARTIAL_ONLY state (a checkpoint) is the recurrent part, plus the window
+  cache when the attention part is an iSWA pair (lfm2 with a window). recurrent.py.
+
+Not modelled: cells shared by several sequences (`seq_cp` inside one stream), the contents of the
+K/V tensors, the rollback snapshots of `n_rs_seq` > 0 (llama-server sets it only for MTP / EAGLE3 /
+DFlash drafts), the memories of llama_memory_hybrid_idx and the DeepSeek-4 caches (the profile names
+what it lacks: `ModelProfile.unsized`). The sampler and the draft model produce placeholder tokens
+(see `PaperVocab`).
 
 Usage (what `slotlab simulate` does)::
 
@@ -55,7 +65,8 @@ The package, one concept a module (each imports only those above it):
 | format.py | the state byte format: cache specs, the writer and the parser of a cache's part |
 | blob.py | `PaperBlob` (real size, no bytes), its `PaperState` payload, `PaperAllocator` |
 | cells.py | the cells of one KV cache: `CountCache` (no window), `CellCache` (sliding window) |
-| context.py | `PaperContext`: one llama_context's caches, decode, ubatch splits, state parts |
+| recurrent.py | `RecurrentCache`: a recurrent memory's one state a sequence |
+| context.py | `PaperContext`: one llama_context's memory (KV, iSWA, recurrent, hybrid), decode, splits, state |
 | vocab.py | `PaperVocab` and `PaperSampler`: opaque ids and placeholder tokens |
 | memory.py | `PaperMemory` (the `Memory` interface) and `paper_sizes` |"""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slotlab.memory.paper.format import IO_MAGIC, Writer, write_kv_part
+from slotlab.memory.paper.format import IO_MAGIC, Writer
 
 __all__ = ["PaperAllocator", "PaperBlob", "PaperState", "paper_allocate"]
 
@@ -156,7 +156,7 @@ class PaperState:
         w = Writer()
         w.put(struct.pack("<Ii", IO_MAGIC, self.seq))
         for spec, st, (p, t) in zip(self.specs, self.streams, self.parts):
-            write_kv_part(w, spec, st, self.seq, p, t)
+            spec.write_part(w, st, self.seq, p, t)
         out = np.empty(w.n, dtype=np.uint8)
         w.into(out)
         return out.tobytes()

@@ -17,48 +17,76 @@ from typing import Sequence
 
 import numpy as np
 
-from slotlab.errors import ConfigError
+from slotlab.errors import ConfigError, ModelError
 from slotlab.memory.paper.blob import PaperState
 from slotlab.memory.paper.cells import CellCache, CountCache
-from slotlab.memory.paper.format import (I32_MAX, IO_MAGIC, CacheSpec, Source, StateReadError, Writer, kv_layers,
-                                         pad, read_kv_part, write_kv_part)
+from slotlab.memory.paper.format import (I32_MAX, IO_MAGIC, CacheSpec, RecurrentSpec, Source, StateReadError, Writer,
+                                         kv_layers, pad)
+from slotlab.memory.paper.recurrent import RecurrentCache
 from slotlab.memory.profile import ModelProfile
 
 __all__ = ["PaperContext", "split_equal", "split_simple", "step_batch"]
 
 
 class PaperContext:
-    """The memory of one `llama_context`: a KV cache, or the iSWA pair (full + window)."""
+    """The memory of one `llama_context`, as `llama_model::create_memory` builds it for the profile:
+
+    * "kv": a KV cache, or the iSWA pair (full + window) of a SWA model;
+    * "recurrent": a recurrent memory (recurrent.py), one state a sequence;
+    * "hybrid": an attention part (a KV cache over the attention layers, or an iSWA pair when the
+      model has a sliding window: llama_memory_hybrid_iswa) plus a recurrent part over the
+      recurrent layers (llama_memory_hybrid).
+
+    `caches` lists the parts in `state_write` order (attention first)."""
 
     def __init__(self, profile: ModelProfile, *, n_ctx_seq: int, n_seq_max: int, unified: bool, swa_full: bool,
                  n_ubatch: int, type_k: str, type_v: str, v_trans: bool):
-        if profile.memory != "kv":
-            raise NotImplementedError(f"{profile.architecture}: a {profile.memory} memory is not modelled by the "
-                                      "paper memory yet (only KV caches, with or without a sliding window)")
+        if profile.memory not in ("kv", "recurrent", "hybrid"):
+            raise ConfigError(f"{profile.architecture}: a model without a memory ({profile.memory}) cannot be served")
+        if profile.unsized:
+            raise ModelError(profile.unsized)
         self.profile = profile
+        self.kind = profile.memory
         self.n_seq_max = n_seq_max
         n_stream = 1 if unified else n_seq_max
         ext = profile.n_pos_per_embd > 1
         self.can_shift = profile.n_pos_per_embd == 1 and profile.architecture != "step35"
-        if profile.is_swa_model:
+        self.iswa = profile.is_swa_model and self.kind != "recurrent"
+        attn: tuple = ()
+        if self.kind == "recurrent":
+            pass
+        elif self.iswa:
             size_swa = pad(min(n_ctx_seq, profile.n_swa * (n_seq_max if unified else 1) + n_ubatch))
             if swa_full:
                 size_swa = n_ctx_seq
             base = CacheSpec("base", n_ctx_seq, n_stream, n_seq_max, 0, "none",
-                         kv_layers(profile, profile.layers(False), type_k, type_v), v_trans, ext)
+                             kv_layers(profile, profile.layers(False), type_k, type_v), v_trans, ext)
             swa = CacheSpec("swa", size_swa, n_stream, n_seq_max, profile.n_swa, profile.swa_type,
-                        kv_layers(profile, profile.layers(True), type_k, type_v), v_trans, ext)
-            self.caches: tuple = (CountCache(base), CellCache(swa))
-            self.pos_cache = self.caches[1]
-            self.partial_parts = (1,)
+                            kv_layers(profile, profile.layers(True), type_k, type_v), v_trans, ext)
+            attn = (CountCache(base), CellCache(swa))
             self.can_shift = self.can_shift and base.size == swa.size
         else:
             kv = CacheSpec("kv", n_ctx_seq, n_stream, n_seq_max, 0, "none",
-                       kv_layers(profile, profile.layers(), type_k, type_v), v_trans, ext)
-            self.caches = (CountCache(kv),)
-            self.pos_cache = self.caches[0]
-            self.partial_parts = (0,)  # a plain KV cache ignores PARTIAL_ONLY: it writes everything
-        self.iswa = profile.is_swa_model
+                           kv_layers(profile, profile.layers(), type_k, type_v), v_trans, ext)
+            attn = (CountCache(kv),)
+        self.attn = attn
+        self.recr: RecurrentCache | None = None
+        if self.kind != "kv":
+            size = max(1, n_seq_max)
+            self.recr = RecurrentCache(RecurrentSpec("rs", size, profile.n_layer_trunk(), len(profile.rs_layers()),
+                                                     4 * profile.n_embd_r(), 4 * profile.n_embd_s()))
+            if self.kind == "recurrent":
+                self.can_shift = True  # llama_memory_recurrent::get_can_shift: only the position moves
+        self.caches: tuple = attn + ((self.recr,) if self.recr is not None else ())
+        self.pos_cache = attn[-1] if attn else self.recr  # the iSWA pair reports its window cache's positions
+        # PARTIAL_ONLY: a plain KV cache ignores it (writes everything), an iSWA pair writes its window
+        # cache, a hybrid memory skips its attention part unless that is an iSWA pair (which then
+        # writes its window cache), the recurrent state is always written
+        if self.kind == "kv":
+            self.partial_parts = (1,) if self.iswa else (0,)
+        else:
+            self.partial_parts = ((1,) if self.iswa else ()) + (len(self.caches) - 1,)
+        self.plain_kv = self.kind == "kv" and not self.iswa  # one count cache: the simulator's bulk paths
 
     def parts(self, partial: bool) -> tuple[int, ...]:
         return self.partial_parts if partial else tuple(range(len(self.caches)))
@@ -69,9 +97,13 @@ class PaperContext:
     # -- sequence operations ----------------------------------------------------------------------
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        """`llama_memory_seq_rm`: False when the recurrent part refuses (then nothing changed: the
+        hybrid memory asks it first)."""
         p0 = 0 if p0 < 0 else p0
         p1 = I32_MAX if p1 < 0 else p1
-        for c in self.caches:
+        if self.recr is not None and not self.recr.seq_rm(seq, p0, p1):
+            return False
+        for c in self.attn:
             c.seq_rm(seq, p0, p1)
         return True
 
@@ -88,7 +120,7 @@ class PaperContext:
     def seq_cp(self, src: int, dst: int) -> None:
         if src == dst:
             return
-        if self.caches[0].spec.n_stream == 1:
+        if self.attn and self.attn[0].spec.n_stream == 1:
             raise NotImplementedError("seq_cp inside one stream (cells shared by two sequences) is not modelled "
                                       "by the paper memory")
         for c in self.caches:
@@ -99,10 +131,16 @@ class PaperContext:
             c.seq_keep(seq)
 
     def pos_min(self, seq: int) -> int:
-        return self.pos_cache.pos_min(seq)
+        """The hybrid memory reports the larger of its parts' minimums (the recurrent part's: its end)."""
+        if self.recr is None or not self.attn:
+            return self.pos_cache.pos_min(seq)
+        return max(self.pos_cache.pos_min(seq), self.recr.pos_min(seq))
 
     def pos_max(self, seq: int) -> int:
-        return self.pos_cache.pos_max(seq)
+        """The hybrid memory reports the smaller of its parts' maximums."""
+        if self.recr is None or not self.attn:
+            return self.pos_cache.pos_max(seq)
+        return min(self.pos_cache.pos_max(seq), self.recr.pos_max(seq))
 
     def clear(self) -> None:
         for c in self.caches:
@@ -127,23 +165,28 @@ class PaperContext:
         for i in self.parts(partial):
             c = self.caches[i]
             p, t = c.written(seq)
-            write_kv_part(w, c.spec, c.stream_of(seq), seq, p, t)
+            c.spec.write_part(w, c.stream_of(seq), seq, p, t)
         return w
 
     def restore(self, seq: int, partial: bool, parts: Sequence[tuple[np.ndarray, np.ndarray]] | None,
                 n_ok: int | None = None) -> bool:
         """Restore parts (cells per cache, in order). `n_ok`: only the first n parts parsed; the next
-        cache then fails (it is emptied of the sequence, as `state_clear` does)."""
+        cache then fails (it is emptied of the sequence, as `state_clear` does). When the recurrent
+        part of a hybrid memory fails, the attention part read before it is cleared too
+        (llama_memory_hybrid::state_read; the iSWA hybrid does not)."""
         ids = self.parts(partial)
         n_ok = len(ids) if n_ok is None else n_ok
         for j, i in enumerate(ids):
             c = self.caches[i]
-            if j >= n_ok:
+            ok = j < n_ok
+            if ok:
+                p, t = parts[j]
+                ok = c.restore(seq, np.asarray(p, dtype=np.int32), np.asarray(t, dtype=np.int32))
+            if not ok:
                 c.seq_rm(seq, 0, I32_MAX)
-                return False
-            p, t = parts[j]
-            if not c.restore(seq, np.asarray(p, dtype=np.int32), np.asarray(t, dtype=np.int32)):
-                c.seq_rm(seq, 0, I32_MAX)
+                if c is self.recr and self.kind == "hybrid" and not self.iswa:
+                    for k in ids[:j]:
+                        self.caches[k].seq_rm(seq, 0, I32_MAX)
                 return False
         return True
 
@@ -157,7 +200,7 @@ class PaperContext:
         for i in ids:
             spec = self.caches[i].spec
             try:
-                off, streams = read_kv_part(src, off, spec)
+                off, streams = spec.read_part(src, off)
             except StateReadError:
                 self.restore(seq, partial, parts, n_ok=len(parts))
                 return 0
@@ -186,10 +229,12 @@ class PaperContext:
             return -1
         # llama_batch_allocr::init: positions must continue each sequence (Y = X + 1), never decrease
         mrope = self.profile.n_pos_per_embd > 1
+        last: dict[int, int] = {}  # seq -> its last position in the batch (where a recurrent state ends)
         for q in qs:
             a, b = first[q]
             pq = pos[a:b] if a >= 0 else pos[seq == q]
             lo, hi = int(pq[0]), int(pq[-1])  # sorted (checked below): the extremes are the ends
+            last[q] = hi
             if len(pq) > 1:
                 d = pq[1:] - pq[:-1]
                 if d.min() < 0:
@@ -203,21 +248,38 @@ class PaperContext:
                     return -1
                 if hi - lo + 1 > (1 + int(np.count_nonzero(d)) if len(pq) > 1 else 1):  # distinct values
                     return -1
-        unified = self.caches[0].spec.n_stream == 1
+        if self.attn:
+            rc = self._place(n, n_ubatch, runs, first, seq, pos, tok)
+            if rc != 0:
+                return rc
+        if self.recr is not None:  # its find_slot cannot fail: every sequence id below n_seq_max has a cell
+            self.recr.commit(last)
+        return 0
+
+    def _place(self, n, n_ubatch, runs, first, seq, pos, tok) -> int:
+        """Find cells for the batch in the attention caches and write them (0), or change nothing (1),
+        splitting as the memory's `init_batch` does: a KV memory (iSWA too) split_simple when unified
+        (the iSWA pair retries with split_equal), else split_equal sequential; a hybrid memory
+        split_equal, sequential unless unified."""
+        unified = self.attn[0].spec.n_stream == 1
+        hybrid = self.kind == "hybrid"
         if self.iswa:
-            attempts = [split_simple(n, n_ubatch, seq), None] if unified else [None]
-            for i, ubs in enumerate(attempts):
+            if hybrid:
+                attempts = [split_equal(runs, seq, n_ubatch, sequential=not unified)]
+            else:
+                attempts = [split_simple(n, n_ubatch, seq), None] if unified else [None]
+            for ubs in attempts:
                 if ubs is None:
                     ubs = split_equal(runs, seq, n_ubatch, sequential=not unified)
-                if not self.caches[0].prepare(ubs):
+                if not self.attn[0].prepare(ubs):
                     continue
-                if not self.caches[1].prepare(ubs, pos, tok):
+                if not self.attn[1].prepare(ubs, pos, tok):
                     continue
-                self.caches[0].commit(ubs, pos, tok)
-                self.caches[1].commit()
+                self.attn[0].commit(ubs, pos, tok)
+                self.attn[1].commit()
                 return 0
             return 1
-        cache = self.caches[0]
+        cache = self.attn[0]
         if cache.spec.size >= n_ubatch:
             # No ubatch can exceed the cache, so `prepare` over the ubatches (split_simple / split_equal)
             # fails exactly when a stream's rows exceed its free cells, and `commit` appends each
@@ -235,7 +297,10 @@ class PaperContext:
             for st, k in need.items():
                 cache.used[st] += k
             return 0
-        ubs = split_simple(n, n_ubatch, seq) if unified else split_equal(runs, seq, n_ubatch, sequential=True)
+        if unified and not hybrid:
+            ubs = split_simple(n, n_ubatch, seq)
+        else:
+            ubs = split_equal(runs, seq, n_ubatch, sequential=not (hybrid and unified))
         if not cache.prepare(ubs):
             return 1
         cache.commit(ubs, pos, tok)

@@ -5,7 +5,8 @@ cache's `state_write` (src/llama-kv-cache.cpp): the stream count, per stream the
 position / seq count / seq id (+ a 12-byte extension with M-RoPE), `v_trans`, the layer count, and
 per layer the K (and V) type, row size and the rows of the cells. `CacheSpec` is what one cache's
 `state_write` depends on; `write_kv_part` / `read_kv_part` write and parse one cache's part (tensor
-data as holes: it is never modelled).
+data as holes: it is never modelled). `RecurrentSpec` / `write_rs_part` / `read_rs_part` are the
+same for a recurrent memory's part (src/llama-memory-recurrent.cpp).
 
 Kept apart from the cell models so that a reader of the format (a slot file, a real context's blob)
 needs nothing but this module."""
@@ -21,8 +22,9 @@ import numpy as np
 
 from slotlab.memory.profile import GGML_TYPES, ModelProfile, row_size
 
-__all__ = ["CacheSpec", "I32_MAX", "IO_MAGIC", "LLAMA_MAX_SEQ", "LayerSpec", "STATE_SEQ_MAGIC", "STATE_SEQ_VERSION",
-           "Source", "StateReadError", "Writer", "kv_layers", "pad", "read_kv_part", "write_kv_part"]
+__all__ = ["CacheSpec", "I32_MAX", "IO_MAGIC", "LLAMA_MAX_SEQ", "LayerSpec", "RecurrentSpec", "STATE_SEQ_MAGIC",
+           "STATE_SEQ_VERSION", "Source", "StateReadError", "Writer", "kv_layers", "pad", "read_kv_part", "read_rs_part",
+           "write_kv_part", "write_rs_part"]
 
 LLAMA_MAX_SEQ = 256
 IO_MAGIC = 0xAF143CD8  # llama-context.cpp io_magic: the first u32 of a sequence state blob
@@ -83,6 +85,50 @@ class CacheSpec:
     @property
     def key(self) -> tuple:
         return (self.n_stream, self.v_trans, self.cell_ext, self.layers)
+
+    def write_part(self, w: "Writer", stream: int, seq: int, pos: np.ndarray, tok: np.ndarray) -> None:
+        write_kv_part(w, self, stream, seq, pos, tok)
+
+    def read_part(self, src, off: int) -> tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]:
+        return read_kv_part(src, off, self)
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """One `llama_memory_recurrent`: what its `state_write` writes (src/llama-memory-recurrent.cpp).
+
+    `size` cells (max(1, n_seq_max): one per sequence), `n_layer` = `hparams.n_layer()` (written as the
+    layer count whatever the filter), and per recurrent layer an f32 r row of `n_embd_r` and an s row
+    of `n_embd_s` elements a cell. The state of one sequence: the cell count (0 or 1), per cell its
+    position and a zero seq count, then `s_trans` (0), the layer count, and per layer the r type, row
+    size and rows, then the same for s. The data header is written even without cells (unlike a
+    KV cache's). PARTIAL_ONLY changes nothing here: the recurrent state is always whole."""
+
+    name: str
+    size: int
+    n_layer: int
+    n_rs_layers: int
+    r_row: int  # ggml_row_size(f32, n_embd_r)
+    s_row: int
+    n_stream: int = 1  # one cell pool, whatever --kv-unified says
+    n_swa: int = 0
+
+    r_type = 0  # GGML_TYPE_F32: create_memory's type_r / type_s
+    s_type = 0
+
+    def write_size(self, n_cells: int) -> int:
+        return 4 + 8 * n_cells + 8 + self.n_rs_layers * (24 + n_cells * (self.r_row + self.s_row))
+
+    @property
+    def key(self) -> tuple:
+        return ("rs", self.n_layer, self.n_rs_layers, self.r_row, self.s_row)
+
+    def write_part(self, w: "Writer", stream: int, seq: int, pos: np.ndarray, tok: np.ndarray) -> None:
+        write_rs_part(w, self, pos)
+
+    def read_part(self, src, off: int) -> tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]:
+        off, pos = read_rs_part(src, off, self)
+        return off, ([(0, pos, np.full(len(pos), -1, dtype=np.int32))] if len(pos) else [])
 
 
 def kv_layers(profile: ModelProfile, ids: Iterable[int], type_k: str, type_v: str) -> tuple[LayerSpec, ...]:
@@ -254,3 +300,50 @@ def read_kv_part(src, off: int, spec: CacheSpec) -> tuple[int, list[tuple[int, n
     return off, out
 
 
+
+def write_rs_part(w: Writer, spec: RecurrentSpec, pos: np.ndarray) -> None:
+    """`llama_memory_recurrent::state_write` for one sequence whose cells are at `pos` (0 or 1 of them)."""
+    c = len(pos)
+    w.put(struct.pack("<I", c))
+    for p in pos:
+        w.put(struct.pack("<iI", int(p), 0))
+    w.put(struct.pack("<II", 0, spec.n_layer))
+    for row, t in ((spec.r_row, spec.r_type), (spec.s_row, spec.s_type)):
+        for _ in range(spec.n_rs_layers):
+            w.put(struct.pack("<iQ", t, row))
+            w.hole(c * row)
+
+
+def read_rs_part(src, off: int, spec: RecurrentSpec) -> tuple[int, np.ndarray]:
+    """Parse a recurrent part from `off`: (new offset, the cells' positions). Raises StateReadError
+    where `state_read_meta` / `state_read_data` fail."""
+    if not isinstance(src, Source):
+        src = Source(np.asarray(src, dtype=np.uint8))
+
+    def take(n: int, skip: bool = False) -> bytes:
+        nonlocal off
+        b = src.take(off, n, skip)
+        off += n
+        return b
+
+    (c,) = struct.unpack("<I", take(4))
+    if c > spec.size:
+        raise StateReadError("not enough cells in kv cache")
+    pos = np.empty(c, dtype=np.int32)
+    for i in range(c):
+        p, n_seq = struct.unpack("<iI", take(8))
+        if n_seq != 0:
+            raise StateReadError("invalid seq_id-agnostic kv cell")
+        pos[i] = p
+    s_trans, n_layer = struct.unpack("<II", take(8))
+    if n_layer != spec.n_layer:
+        raise StateReadError("mismatched layer count")
+    if s_trans:
+        raise StateReadError("incompatible s transposition")
+    for row, t in ((spec.r_row, spec.r_type), (spec.s_row, spec.s_type)):
+        for _ in range(spec.n_rs_layers):
+            tt, rr = struct.unpack("<iQ", take(12))
+            if tt != t or rr != row:
+                raise StateReadError("mismatched r/s type or row size")
+            take(c * row, skip=True)
+    return off, pos

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from slotlab.errors import ConfigError, ShiftNotSupported
-from slotlab.memory.base import SEQ_RM_PART, Batch, MemoryInfo
+from slotlab.memory.base import SEQ_RM_FULL, SEQ_RM_PART, Batch, MemoryInfo
 from slotlab.memory.paper.blob import PaperBlob
 from slotlab.memory.paper.cells import CountCache
 from slotlab.memory.paper.context import PaperContext, step_batch
@@ -100,8 +100,9 @@ class PaperMemory:
         self.info = MemoryInfo(
             n_ctx=self.n_ctx, n_seq_max=n_slots, n_ctx_slot=n_ctx_slot, n_batch=self.n_batch, n_ubatch=self.n_ubatch,
             n_swa=0 if swa_full else profile.n_swa, kv_unified=self.kv_unified,
-            can_shift=self.tgt.can_shift, seq_rm_type=SEQ_RM_PART, has_draft=self.dft is not None,
-            n_vocab=profile.n_vocab)
+            can_shift=self.tgt.can_shift, has_draft=self.dft is not None, n_vocab=profile.n_vocab,
+            # common_context_can_seq_rm's probe: a recurrent state cannot drop its last position (n_rs_seq 0)
+            seq_rm_type=SEQ_RM_PART if self.tgt.kind == "kv" else SEQ_RM_FULL)
         self.n_draft = n_draft
         self.seed = int(seed)
         self.draft_acceptance = float(draft_acceptance)
@@ -371,7 +372,7 @@ class PaperMemory:
             if pm >= 0 and p != pm + 1:
                 return 0
         steps = np.arange(k, dtype=np.int32)
-        if not ctx.iswa:
+        if ctx.plain_kv:
             cache = ctx.caches[0]
             if cache.spec.n_stream == 1:
                 m = min(k, cache.free(0) // b)
@@ -415,7 +416,7 @@ class PaperMemory:
         ctx = self.tgt
         m = -1
         cache = ctx.caches[0]
-        if not ctx.iswa and ctx.profile.n_pos_per_embd == 1 and cache.spec.size >= self.n_ubatch:
+        if ctx.plain_kv and ctx.profile.n_pos_per_embd == 1 and cache.spec.size >= self.n_ubatch:
             m = self._bulk_steps(ctx, cache, steps)
         batch = None
         if m < 0:  # step by step
