@@ -15,8 +15,7 @@ Two modes:
 
 No golden decision depends on wall-clock timing: the replay is sequential (a request is sent when the
 previous one finished, or, with "wait": false, once it occupies a slot), as the recorder sends it.
-The tiny hybrid / recurrent traces (traces_tiny/) are out of scope: the paper memory models KV caches
-only."""
+The 22 tiny hybrid / recurrent traces (traces_tiny/) are proven the same way in test_paper_golden_tiny.py."""
 
 import json
 from pathlib import Path
