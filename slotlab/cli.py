@@ -382,6 +382,12 @@ def cmd_calibrate(argv: list[str]) -> int:
     return calibrate_main(argv)
 
 
+def cmd_profiles(argv: list[str]) -> int:
+    from slotlab.sim.cli import profiles_main
+
+    return profiles_main(argv)
+
+
 def cmd_whatif(argv: list[str]) -> int:
     from slotlab.sim.whatif import main
 
@@ -389,7 +395,8 @@ def cmd_whatif(argv: list[str]) -> int:
 
 
 COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
-            "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy, "whatif": cmd_whatif}
+            "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy, "whatif": cmd_whatif,
+            "profiles": cmd_profiles}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
               "  proxy   a recording pass-through proxy in front of llama-server (--upstream URL --record trace.json)\n"
               "  simulate  a trace on the paper memory on a simulated clock (Mooncake .jsonl or slotlab .json)\n"
               "  calibrate time the model on this machine: the speed model for simulate (-o speed.json)\n"
-              "  whatif  simulate a trace under a grid of flag settings (--vary \"--cache-ram 0,4096\") and name the best")
+              "  whatif  simulate a trace under a grid of flag settings (--vary \"--cache-ram 0,4096\") and name the best\n"
+              "  profiles  the shipped model profiles: memory kind, KV bytes a token, SWA window, checkpoint sizes")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:
         return COMMANDS[argv[0]](argv[1:])

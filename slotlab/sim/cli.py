@@ -25,6 +25,62 @@ def resolve_profile(spec: str | None):
     return ModelProfile.from_gguf(p) if p.suffix == ".gguf" else ModelProfile.from_json(p)
 
 
+def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = (8192, 32768)) -> list[dict]:
+    """Per profile (the shipped ones, or `specs`: names, JSON files or GGUFs), what its memory costs
+    on llama-server's default cache types (f16 K/V, f32 recurrent rows): the memory kind, K+V bytes a
+    token, the SWA window, the recurrent state of one sequence, and one checkpoint (a PARTIAL_ONLY
+    state of one sequence of n tokens, -np 1 -c n) for each n of `n_tokens`, computed by the paper
+    memory (the code the byte-exact tests prove against the real context)."""
+    from slotlab.memory.paper import PaperMemory
+    from slotlab.memory.base import Batch
+
+    import numpy as np
+
+    names = specs or sorted(x.stem for x in PROFILES.glob("*.json"))
+    rows = []
+    for spec in names:
+        prof = resolve_profile(spec)
+        row = {"profile": spec, "architecture": prof.architecture, "memory": prof.memory,
+               "kv_bytes_per_token": prof.bytes_per_token(), "n_swa": prof.n_swa if prof.is_swa_model else 0,
+               "recurrent_bytes_per_seq": prof.rs_bytes_per_seq(), "checkpoint_bytes": {}}
+        for n in n_tokens:
+            mem = PaperMemory(prof, n_ctx=n, n_slots=1)
+            b = Batch(mem.n_batch)
+            for p0 in range(0, n, mem.n_batch):
+                k = min(mem.n_batch, n - p0)
+                b.clear()
+                b.add_seq(np.zeros(k, dtype=np.int32), p0, 0)
+                if mem.decode(b, 0, k) != 0:
+                    raise ValueError(f"{spec}: {n} tokens do not fit one sequence of -c {n}")
+            row["checkpoint_bytes"][n] = mem.state_size(0, partial=True)
+        rows.append(row)
+    return rows
+
+
+def profiles_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab profiles", description="The model profiles `slotlab simulate "
+                                 "--profile` and `slotlab whatif --profile` accept, with what their memory costs.")
+    ap.add_argument("profile", nargs="*", help="profiles to list (names, JSON files or GGUFs; default: the shipped ones)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args(argv)
+    rows = profile_rows(args.profile or None)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    mib = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
+    head = ("profile", "memory", "KV B/token", "SWA", "recurrent/seq", "ckpt @8k", "ckpt @32k")
+    table = [head] + [(r["profile"], r["memory"], f'{r["kv_bytes_per_token"]:,}', str(r["n_swa"] or "-"),
+                       mib(r["recurrent_bytes_per_seq"]) if r["recurrent_bytes_per_seq"] else "-",
+                       mib(r["checkpoint_bytes"][8192]), mib(r["checkpoint_bytes"][32768])) for r in rows]
+    w = [max(len(t[i]) for t in table) for i in range(len(head))]
+    for t in table:
+        print("  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i]) for i, c in enumerate(t)).rstrip())
+    print("\nKV B/token: f16 K+V of one token in every attention layer; ckpt: one context checkpoint (a PARTIAL_ONLY "
+          "state) of one sequence of 8192 / 32768 tokens (-np 1 -c N -ub 512): the whole KV cache for a full-attention "
+          "model, the window cache for a SWA one, the recurrent state for a hybrid one.")
+    return 0
+
+
 def model_flag(flags: list[str]) -> str | None:
     """The `-m` among llama-server `flags` (None: the embedded model): a session log's tokenizer."""
     if not flags:

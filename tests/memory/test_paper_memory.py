@@ -3,18 +3,23 @@ running multi-turn conversations on paper, blobs that occupy no memory. No model
 
 from __future__ import annotations
 
+import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from slotlab.engine.params import ServerParams
 from slotlab.engine.scheduler import Engine
-from slotlab.errors import ConfigError, ShiftNotSupported
+from slotlab.errors import ConfigError, ModelError, ShiftNotSupported
 from slotlab.memory import check_memory
 from slotlab.memory.base import Batch
 from slotlab.memory.paper import PaperAllocator, PaperBlob, PaperMemory, PaperVocab, paper_allocate, paper_sizes
-from slotlab.memory.profile import GGUFError, ModelProfile, read_gguf_kv
+from slotlab.memory.profile import GGUFError, ModelProfile, ProfileError, read_gguf_kv
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +92,59 @@ def test_swa_patterns_and_unknown_keys(tmp_path):
                                 **{f"mystery.{k}": v for k, v in base.items()}})
     x = ModelProfile.from_gguf(tmp_path / "x.gguf")
     assert not x.is_swa_model and x.notes  # said, not guessed silently
-    _gguf(tmp_path / "m.gguf", {"general.architecture": "mamba", **{f"mamba.{k}": v for k, v in base.items()}})
-    with pytest.raises(NotImplementedError, match="recurrent"):
-        PaperMemory(ModelProfile.from_gguf(tmp_path / "m.gguf"))
     (tmp_path / "bad.gguf").write_bytes(b"NOPE" + b"\0" * 40)
     with pytest.raises(GGUFError, match="not a GGUF"):
         read_gguf_kv(tmp_path / "bad.gguf")
+
+
+def test_a_memory_slotlab_cannot_size_names_the_architecture_and_what_it_lacks(tmp_path):
+    """A recurrent GGUF without its state's hyperparameters, and an architecture whose state slotlab
+    does not model: the profile is read (nothing else breaks: `notes` says it), the paper memory
+    refuses it with a sentence naming the architecture and the hyperparameter."""
+    base = {"block_count": 12, "context_length": 8192, "embedding_length": 1024, "attention.head_count": 8,
+            "attention.head_count_kv": 4}
+    _gguf(tmp_path / "m.gguf", {"general.architecture": "mamba", **{f"mamba.{k}": v for k, v in base.items()},
+                                "mamba.ssm.inner_size": 2048, "mamba.ssm.state_size": 16})
+    m = ModelProfile.from_gguf(tmp_path / "m.gguf")
+    assert m.memory == "recurrent" and "mamba.ssm.conv_kernel" in m.unsized and m.unsized in m.notes
+    with pytest.raises(ModelError, match=r"mamba: slotlab cannot size the recurrent state: the GGUF lacks "
+                                         r"mamba\.ssm\.conv_kernel$"):
+        PaperMemory(m)
+    _gguf(tmp_path / "k.gguf", {"general.architecture": "kimi-linear",
+                                **{f"kimi-linear.{k}": v for k, v in base.items()}})
+    k = ModelProfile.from_gguf(tmp_path / "k.gguf")
+    assert k.memory == "hybrid"
+    with pytest.raises(ModelError, match=r"kimi-linear: slotlab cannot size this hybrid memory: it does not model "
+                                         r"kimi-linear's kda\.head_dim"):
+        PaperMemory(k)
+    # the same GGUF with the state's keys: sized (mamba: no group count, as llama.cpp's mamba reads none)
+    _gguf(tmp_path / "m2.gguf", {"general.architecture": "mamba", **{f"mamba.{k}": v for k, v in base.items()},
+                                 "mamba.ssm.conv_kernel": 4, "mamba.ssm.inner_size": 2048, "mamba.ssm.state_size": 16,
+                                 "mamba.ssm.group_count": 8})
+    m2 = ModelProfile.from_gguf(tmp_path / "m2.gguf")
+    assert (m2.n_embd_r(), m2.n_embd_s(), m2.ssm_n_group) == (3 * 2048, 16 * 2048, 0)
+    assert PaperMemory(m2, n_ctx=1024).info.seq_rm_type == "FULL"
+
+
+@pytest.mark.parametrize("drop", ["n_vocab", "n_head_kv", "architecture"])
+def test_a_malformed_profile_names_the_missing_field(tmp_path, drop):
+    d = ModelProfile.from_json(ROOT / "slotlab/sim/profiles/llama-3.1-8b.json").to_dict()
+    del d[drop]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ProfileError, match=rf"{path}: model profile: missing field\(s\) {drop} "):
+        ModelProfile.from_json(path)
+    h = ModelProfile.from_json(ROOT / "slotlab/sim/profiles/qwen3.5-27b.json").to_dict()
+    del h["ssm_d_state"], h["ssm_d_inner"], h["ssm_d_conv"]
+    with pytest.raises(ProfileError, match="a hybrid profile needs its state sizes: ssm_d_conv, ssm_d_inner"):
+        ModelProfile.from_json(h)
+    h = ModelProfile.from_json(ROOT / "slotlab/sim/profiles/qwen3.5-27b.json").to_dict()
+    del h["layer_memory"]
+    with pytest.raises(ProfileError, match="a hybrid profile needs layer_memory"):
+        ModelProfile.from_json(h)
+    with pytest.raises(ProfileError, match="not JSON"):
+        ModelProfile.from_json("{nope")
+
 
 
 def test_json_profile_for_a_model_the_user_does_not_have(gemma, caplog):
