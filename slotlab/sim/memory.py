@@ -27,6 +27,8 @@ __all__ = ["SimMemory"]
 
 
 class _ScriptSampler:
+    last_probs = None  # a script carries no probabilities
+
     def __init__(self, mem: "SimMemory", base):
         self.mem, self.base = mem, base
         self._script: Any = False  # False = not looked up yet; None = no script
@@ -79,7 +81,9 @@ class SimMemory(PaperMemory):
             raise ValueError(f"no logits for batch index {i} of the last decode")
         return 0
 
-    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool):
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool, sampling=None, prompt=None):
+        """The paper memory's placeholders (or the script): the request's sampler settings change no
+        token on paper, so `sampling` and `prompt` are taken and not read."""
         base = super().sampler(temperature=temperature, seed=seed, ignore_eos=ignore_eos)
         return _ScriptSampler(self, base) if self.scripts else base
 
