@@ -66,7 +66,7 @@ class ServerCore:
         self.cache: PromptCache | None = None
         if params.cache_ram != 0:
             kw = {"allocate": allocate} if allocate is not None else {}
-            self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, **kw)
+            self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, record=True, **kw)
         # what the server held and dropped lately (cleared slots, evicted entries): a miss whose prefix
         # was dropped is explained by the drop (slotlab.explain); bounded, references only
         self.dropped: collections.deque = collections.deque(maxlen=32)
