@@ -269,6 +269,12 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.entries)
 
+    @property
+    def n_allocated(self) -> int:
+        """How many entries were ever appended (the next one's id): it changes exactly when an entry
+        is appended, so an allocator can tell the blobs of the entry being built from older ones."""
+        return self._next_id
+
     # -- one prompt scored several times ---------------------------------------------------------
 
     @contextmanager
