@@ -190,7 +190,7 @@ class ServerCore:
         self._process_cancels()
         self.process_new_tasks()
         self.update_slots()
-        self._snapshots()
+        self.emit_snapshots()
         return self.tq.pending() or any(s.is_processing for s in self.slots)
 
     def process_new_tasks(self) -> None:
@@ -596,7 +596,7 @@ class ServerCore:
         if do_checkpoint:
             self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end or is_last_user_message)
 
-    def _snapshots(self) -> None:
+    def emit_snapshots(self) -> None:
         """One `slot_snapshot` event per slot whose picture changed since the last one: what a view
         needs to redraw the slot without reading engine state (and what scrubbing replays)."""
         for s in self.slots:
@@ -653,10 +653,8 @@ class ServerCore:
         """`metrics_post_decode` after a successful decode of rows [off, off + n) that took `dt`
         seconds: the decode counters, and the chunk's prompt tokens counted per slot (timing the
         slots' prompt progress). Returns the chunk's number of prompt tokens."""
-        b, m = self.batch, self.metrics
-        m.n_decode_total += 1
-        m.n_busy_slots_total += sum(1 for s in self.slots if s.is_processing)
-        m.n_tokens_max = max([m.n_tokens_max] + [len(s.tokens) for s in self.slots])
+        b = self.batch
+        self.metrics.on_decode(self.slots)
         prompt_mask = self._is_prompt[off:off + n]
         n_prompt = int(prompt_mask.sum())
         if n_prompt:
@@ -667,8 +665,7 @@ class ServerCore:
                 if counts[s.id] and s.stats.is_set():
                     s.stats.n_prompt_processed += int(counts[s.id])
                     s.stats.t_prompt_last = t_now  # set_prompt_last: prompt timing advances per batch
-            m.prompt_tokens_total += n_prompt
-            m.prompt_seconds_total += dt
+            self.metrics.on_prompt(n_prompt, dt)
         return n_prompt
 
     def post_decode(self, n: int, off: int) -> None:
@@ -684,19 +681,19 @@ class ServerCore:
         elif s.state is not SlotState.GENERATING:
             return
         if s.spec_draft:
-            n_draft, n_acc = self.spec.verify(s, off, self._accept)
+            n_draft, n_acc = self.spec.verify(s, off, self.accept_token)
             self.metrics.spec_draft_tokens_total += n_draft
             self.metrics.spec_accepted_tokens_total += n_acc
         else:
             tok = s.sampler.sample(s.i_batch - off)
             s.i_batch = -1
-            self._accept(s, tok)
+            self.accept_token(s, tok)
         if not s.has_next_token:
             self.send_final_response(s)
             self.release(s)
 
-    def _accept(self, s: Slot, tok: int) -> bool:
-        """A sampled token: timings, then the stop rules (`process_token`)."""
+    def accept_token(self, s: Slot, tok: int) -> bool:
+        """A sampled token (`common_sampler_accept` done): timings, then the stop rules (`process_token`)."""
         t = now_us()
         s.stats.n_gen += 1
         if s.stats.n_gen == 1:
