@@ -25,8 +25,11 @@ from slotlab.engine.arg_table import ARGS as _ROWS
 from slotlab.engine.arg_table import KEYS as _KEYS
 from slotlab.engine.flag_classes import MODEL_SOURCE, SPEED, UNMODELLED
 from slotlab.errors import ConfigError
+from slotlab.sampling import SAMPLER_ALIASES, SAMPLER_CHARS, samplers_from_chars
 
 AUTO = -1
+#: `--cache-ram`'s default (common_params::cache_ram_mib), in MiB: a log that does not print it means this
+CACHE_RAM_MIB_DEFAULT = 8192
 
 
 @dataclass
@@ -40,7 +43,7 @@ class ServerParams:
     n_threads_batch: int | None = None  # -tb
     n_gpu_layers: int = 0  # -ngl; -1 = all (needs a GPU build)
     no_repack: bool = True  # --no-repack (the reference server is run with it)
-    cache_ram: int = 8192  # --cache-ram MiB; -1 no byte limit; 0 disabled
+    cache_ram: int = CACHE_RAM_MIB_DEFAULT  # --cache-ram MiB; -1 no byte limit; 0 disabled
     slot_prompt_similarity: float = 0.10  # -sps; 0 disables LCP selection
     kv_unified: bool = False  # -kvu / -no-kvu (forced true when -np is auto)
     kv_unified_per_slot: int = 0  # --kv-unified-per-slot
@@ -243,7 +246,7 @@ class ServerParams:
         out: dict[str, Any] = {}
         seq = meta.get("general.sampling.sequence")
         if seq is not None and "samplers" not in self._user_sampling:
-            names = [n for n in (_SAMPLER_ALIASES.get(x.lower()) for x in str(seq).split(";")) if n]
+            names = [n for n in (SAMPLER_ALIASES.get(x.lower()) for x in str(seq).split(";")) if n]
             if names:
                 out["samplers"] = tuple(names)
         for key, (fld, conv) in _MODEL_SAMPLING_KEYS.items():
@@ -391,14 +394,6 @@ for _o in TABLE:
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
               "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")  # common/speculative.cpp names
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")  # common_reasoning_format_from_name
-# common_sampler_type_to_chr / _to_str, and common_sampler_types_from_names' aliases
-SAMPLER_CHARS = {"dry": "d", "top_k": "k", "typ_p": "y", "top_p": "p", "top_n_sigma": "s", "min_p": "m",
-                 "temperature": "t", "xtc": "x", "infill": "i", "penalties": "e", "adaptive_p": "a"}
-_SAMPLER_ALIASES = {n: n for n in SAMPLER_CHARS}
-for _n in list(SAMPLER_CHARS):
-    if "_" in _n:
-        _SAMPLER_ALIASES[_n.replace("_", "-")] = _SAMPLER_ALIASES[_n.replace("_", "")] = _n
-_SAMPLER_ALIASES.update(nucleus="top_p", temp="temperature", typ="typ_p")
 # ServerParams field -> the /completion request field it is the default of (server-task.cpp to_json)
 REQUEST_FIELDS = {
     "seed": "seed", "temp": "temperature", "dynatemp_range": "dynatemp_range",
@@ -566,13 +561,12 @@ def _h_dry_breaker(values, raws):
 
 
 def _h_samplers(values, raws):
-    names = [_SAMPLER_ALIASES.get(n.lower()) for n in raws[0].split(";")]
+    names = [SAMPLER_ALIASES.get(n.lower()) for n in raws[0].split(";")]
     values["samplers"] = tuple(n for n in names if n)
 
 
 def _h_sampler_seq(values, raws):
-    by_chr = {c: n for n, c in SAMPLER_CHARS.items()}
-    values["samplers"] = tuple(by_chr[c] for c in raws[0] if c in by_chr)
+    values["samplers"] = samplers_from_chars(raws[0])
 
 
 def _h_logit_bias(values, raws):
