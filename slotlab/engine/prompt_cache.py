@@ -45,7 +45,7 @@ __all__ = [
     "f32_ratio",
 ]
 
-from slotlab.units import MIB  # noqa: E402  (re-exported: older imports read it here)
+from slotlab.units import MIB, cache_ram_bytes  # noqa: E402  (MIB re-exported: older imports read it here)
 
 #: The 0.25 floor of `load` ("don't trash large prompts"), as the C++ literal `0.25f`.
 F_KEEP_FLOOR = np.float32(0.25)
@@ -254,7 +254,7 @@ class PromptCache:
         negative MiB = no byte limit. `--cache-ram 0` means no cache object at all, so it is refused."""
         if cache_ram_mib == 0:
             raise ValueError("--cache-ram 0 disables the prompt cache: create no PromptCache")
-        return cls(1024 * 1024 * max(0, int(cache_ram_mib)), int(n_ctx), **kwargs)
+        return cls(cache_ram_bytes(cache_ram_mib), int(n_ctx), **kwargs)
 
     # -- totals -------------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slotlab.units import cache_ram_bytes
+
 __all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "write_html", "write_png", "CacheTimeline",
            "cache_timeline", "main"]
 
@@ -290,7 +292,7 @@ def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None
     if len(at) != launches[0]:
         raise RuntimeError(f"{launches[0]} task launches for {len(at)} launched requests: cannot time the cache")
     cache_ram = res.engine.params.cache_ram
-    limit_bytes = cache_ram * 2**20 if cache_ram > 0 else None
+    limit_bytes = cache_ram_bytes(cache_ram) if cache_ram > 0 else None
     res.engine = None
     held, ts, hs, saves, evictions = 0, [], [], [], []
     size_of: dict[int, int] = {}  # entry id -> its bytes when cached (a loaded entry's are freed before its event)
