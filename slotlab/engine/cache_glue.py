@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from slotlab.engine import event_types as T
+from slotlab.engine.drops import Drop
 from slotlab.engine.emit import Emitter
 from slotlab.engine.prompt_cache import CacheRecord, LoadResult, PromptCache
 from slotlab.memory import Memory, require_seq_rm
@@ -34,7 +35,7 @@ class CacheGlue:
         if cache is not None and not cache.recording:
             raise ValueError("CacheGlue drains the cache's records: build the PromptCache with record=True")
         self.cache, self.memory, self.emit = cache, memory, emit
-        self.on_drop = on_drop  # told of content the server throws away (for explanations)
+        self.on_drop = on_drop  # told of content the server throws away, a `Drop` (for explanations)
 
     # -- reporting the cache's own decisions as this slot's / task's events -------------------------
 
@@ -58,8 +59,7 @@ class CacheGlue:
                 fields[k] = float(v)
         ev = self.emit(kind, rec.message, level=rec.level, slot=sid, task=tid, **fields)
         if drop:
-            self.on_drop({"tokens": entry.tokens, "where": "entry", "id": entry.id, "reason": fields["reason"],
-                          "seq": ev.seq})
+            self.on_drop(Drop(entry.tokens, "entry", entry.id, fields["reason"], ev.seq))
 
     def entry_json(self, e) -> dict:
         """What a view shows of an entry besides its size: the byte split, checkpoints, a text head."""
@@ -123,7 +123,7 @@ class CacheGlue:
         ev = self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
                        n_tokens=len(slot.tokens))
         if self.on_drop is not None and len(slot.tokens) and reason != "load_failed":
-            self.on_drop({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": reason, "seq": ev.seq})
+            self.on_drop(Drop(slot.tokens.copy(), "slot", slot.id, reason, ev.seq))
         require_seq_rm(self.memory, slot.id, -1, -1)
         slot.tokens.clear()
         slot.checkpoints = []

@@ -29,13 +29,14 @@ from slotlab.engine import event_types as T
 from slotlab.engine.cache_glue import CacheGlue
 from slotlab.engine.cache_reuse import apply_cache_reuse
 from slotlab.engine.checkpoints import CheckpointPolicy
+from slotlab.engine.drops import Drop
 from slotlab.engine.emit import Emitter
 from slotlab.engine.events import EventBus
 from slotlab.engine.messages import find_message_spans, parse_delimiters
 from slotlab.engine.metrics import Metrics
 from slotlab.engine.params import ServerParams
 from slotlab.engine.prompt_cache import PromptCache
-from slotlab.engine.selection import SlotSelection, get_available_slot
+from slotlab.engine.selection import SlotSelection, get_available_slot, slot_index
 from slotlab.engine.slot import Slot, SlotState, now_us
 from slotlab.engine.slot_actions import SlotActions, check_slot_action
 from slotlab.engine.speculative import Speculative
@@ -69,7 +70,7 @@ class ServerCore:
             self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, record=True, **kw)
         # what the server held and dropped lately (cleared slots, evicted entries): a miss whose prefix
         # was dropped is explained by the drop (slotlab.explain); bounded, references only
-        self.dropped: collections.deque = collections.deque(maxlen=32)
+        self.dropped: collections.deque[Drop] = collections.deque(maxlen=32)
         self.glue = CacheGlue(self.cache, memory, self.emit, on_drop=self.dropped.append)
         self.cache_idle_slots = params.cache_idle_slots_effective
         self.checkpoints = CheckpointPolicy(memory, params.ctx_checkpoints, params.checkpoint_min_step, self.emit)
@@ -198,7 +199,7 @@ class ServerCore:
             self.process_single_task(task)
 
     def get_slot_by_id(self, id_slot: int) -> Slot:
-        return self.slots[(id_slot % 2**64) % len(self.slots)]
+        return self.slots[slot_index(id_slot, len(self.slots))]
 
     def process_single_task(self, task: Task) -> None:
         if task.type is TaskType.COMPLETION:
@@ -281,9 +282,9 @@ class ServerCore:
         lo = None
         if lost is not None and lost[0] > 0:
             d = lost[1]
-            lo = {"where": d["where"], "id": d["id"], "reason": d["reason"], "seq": d["seq"], **side(lost[0], d["tokens"])}
-            if "by_task" in d:
-                lo["by_task"] = d["by_task"]
+            lo = {"where": d.where, "id": d.id, "reason": d.reason, "seq": d.seq, **side(lost[0], d.tokens)}
+            if d.by_task is not None:
+                lo["by_task"] = d.by_task
         return h, lo
 
     def get_available_slot(self, task: Task) -> Slot | None:
@@ -541,8 +542,8 @@ class ServerCore:
             n_past -= 1
             self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
         if n_past < len(slot.tokens):  # the rest of what the slot held is overwritten, unsaved
-            self.dropped.append({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": "overwritten",
-                                 "seq": self.events.n_events, "by_task": task.id})
+            self.dropped.append(Drop(slot.tokens.copy(), "slot", slot.id, "overwritten", self.events.n_events,
+                                     by_task=task.id))
         slot.stats.n_prompt_cached = n_past
         slot.stats.n_prompt_processed = 0
         self.metrics.prompt_tokens_cached_total += n_past
@@ -743,16 +744,16 @@ class ServerCore:
                 t.finish(error=error)
 
 
-def _longest_drop(dropped, toks) -> tuple[int, dict] | None:
-    """`max((lcp(d["tokens"], toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
+def _longest_drop(dropped, toks) -> tuple[int, Drop] | None:
+    """`max((lcp(d.tokens, toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
     computing every lcp: taken newest first, an older drop wins only with a longer lcp, which needs
     its token at the best lcp so far to match the prompt's (one element read instead of a scan)."""
-    order = sorted(range(len(dropped)), key=lambda i: -dropped[i]["seq"])  # stable: the first of equal seqs first
+    order = sorted(range(len(dropped)), key=lambda i: -dropped[i].seq)  # stable: the first of equal seqs first
     best = None
     n_toks = len(toks)
     for i in order:
         d = dropped[i]
-        t = d["tokens"]
+        t = d.tokens
         if best is not None:
             k = best[0]
             if k >= n_toks or k >= len(t) or t[k] != toks[k]:
