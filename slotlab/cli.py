@@ -20,7 +20,7 @@ def _mib(n: int) -> str:
 
 def cmd_info(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
-        from slotlab.engine.params import FLAGS
+        from slotlab.engine.flags import FLAGS
 
         print("usage: slotlab info [--json] [llama-server flags]\n\nPrints the model, context and slot "
               "configuration these flags give, and the build's capabilities.\nFlags understood: "
@@ -389,9 +389,80 @@ def cmd_profiles(argv: list[str]) -> int:
 
 
 def cmd_whatif(argv: list[str]) -> int:
-    from slotlab.sim.whatif import main
+    """`slotlab whatif`: slotlab.sim.whatif simulates the grid, slotlab.figures.whatif draws it."""
+    from dataclasses import asdict
 
-    return main(argv)
+    from slotlab.sim.whatif import OBJECTIVES, best, parse_vary, run_grid, table_lines
+
+    ap = argparse.ArgumentParser(prog="slotlab whatif", description="Simulate a trace under a grid of llama-server "
+                                 "flag settings (paper memory, no model) and compare reuse, prefill, RAM and TTFT.",
+                                 epilog="Other arguments are llama-server flags shared by every run (default: the "
+                                 "trace's flags).")
+    ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl, or a slotlab trace .json "
+                                  "(with arrival / output per request)")
+    ap.add_argument("--vary", action="append", required=True, metavar='"FLAG V1,V2,..."',
+                    help='a flag and its values, e.g. --vary "--cache-ram 0,4096,16384" (repeatable: the grid is '
+                         "every combination)")
+    ap.add_argument("--budget-mib", type=float, help="RAM budget for the prompt cache: name the best setting whose "
+                                                     "peak RAM cache stays within it")
+    ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="ttft_p50",
+                    help="what 'best' minimizes (default ttft_p50)")
+    ap.add_argument("--html", help="write a plotly figure of the grid here")
+    ap.add_argument("--png", help="write the grid as a static picture (PNG) here")
+    ap.add_argument("--json", action="store_true", help="print the runs as JSON")
+    ap.add_argument("--profile", default=None, help="model profile: JSON, shipped name (llama-3.1-8b) or GGUF "
+                                                    "(default: the header of -m, or the embedded model)")
+    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
+    ap.add_argument("--prefill-tps", type=float, default=8000, help="prefill tokens/s (default 8000)")
+    ap.add_argument("--gen-tps", type=float, default=60, help="generation tokens/s of one sequence (default 60)")
+    ap.add_argument("--limit", type=int, help="only the first N requests")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
+    ap.add_argument("--jobs", type=int, help="parallel runs (default: min(cores, runs))")
+    args, base = ap.parse_known_args(argv)
+    from slotlab.sim.speed import SpeedModel
+
+    try:
+        varies = [parse_vary(v) for v in args.vary]
+    except ValueError as ex:
+        ap.error(str(ex))
+    speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
+             else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
+    from slotlab.sim.traces import trace_kind
+
+    if not base and trace_kind(args.trace) == "slotlab":
+        base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
+    n = 1
+    for _, vals in varies:
+        n *= len(vals)
+    tty = sys.stderr.isatty()
+
+    def progress(i, total):
+        if tty or i == total:
+            print(f"\rwhatif: {i}/{total} runs", end="\n" if i == total else "", file=sys.stderr, flush=True)
+
+    runs = run_grid(args.trace, base, varies, speed=speed, profile=args.profile, limit=args.limit,
+                    time_scale=args.time_scale, jobs=args.jobs, progress=progress)
+    pick = best(runs, args.budget_mib, args.objective)
+    if args.json:
+        print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None}, indent=1))
+    else:
+        print("\n".join(table_lines(runs)))
+        what = OBJECTIVES[args.objective]
+        if pick is None:
+            print(f"best: no setting fits{'' if args.budget_mib is None else f' within {args.budget_mib:g} MiB'}")
+        else:
+            within = "" if args.budget_mib is None else f" within {args.budget_mib:g} MiB of RAM cache"
+            print(f"best{within} (lowest {what}): {pick.label} — {what} {pick.value(args.objective):,.2f}, "
+                  f"peak RAM {pick.peak_cache_bytes / 2**20:.0f} MiB, reused {100 * pick.reuse:.1f} %")
+    if args.html or args.png:
+        from slotlab.figures.whatif import write_html, write_png
+    if args.html:
+        write_html(runs, args.html, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.png:
+        write_png(runs, args.png, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
+        print(f"wrote {args.png}", file=sys.stderr)
+    return 0
 
 
 COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,

@@ -3,19 +3,18 @@ and the cache `update()` after them (spec 2.3-2.6).
 
 `PromptCache` (prompt_cache.py) decides which entry to make, evict or pick, on token arrays and
 sizes alone; this glue moves state between it and the memory for one slot and one task, passed in
-on every call. While a call runs, the cache's decisions are reported as events of that slot and
-task (the server's log lines carry them the same way)."""
+on every call. After each call into the cache, the decisions it queued (`PromptCache.take_events`)
+are drained and reported as events of that slot and task (the server's log lines carry them the
+same way)."""
 
 from __future__ import annotations
-
-from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 
 from slotlab.engine import event_types as T
+from slotlab.engine.drops import Drop
 from slotlab.engine.emit import Emitter
-from slotlab.engine.prompt_cache import LoadResult, PromptCache
+from slotlab.engine.prompt_cache import CacheRecord, LoadResult, PromptCache
 from slotlab.memory import Memory, require_seq_rm
 
 
@@ -29,43 +28,38 @@ def scores_json(result: LoadResult) -> dict:
 
 
 class CacheGlue:
-    """Prompt save / load / clear between slots, the memory and the RAM cache (None: `--cache-ram 0`)."""
+    """Prompt save / load / clear between slots, the memory and the RAM cache (None: `--cache-ram 0`).
+    The cache must queue its records (`PromptCache(record=True)`): the glue drains them."""
 
     def __init__(self, cache: PromptCache | None, memory: Memory, emit: Emitter, on_drop=None):
+        if cache is not None and not cache.recording:
+            raise ValueError("CacheGlue drains the cache's records: build the PromptCache with record=True")
         self.cache, self.memory, self.emit = cache, memory, emit
-        self.on_drop = on_drop  # told of content the server throws away (for explanations)
+        self.on_drop = on_drop  # told of content the server throws away, a `Drop` (for explanations)
 
     # -- reporting the cache's own decisions as this slot's / task's events -------------------------
 
-    @contextmanager
-    def _reporting(self, slot, task) -> Iterator[None]:
-        sid = slot.id
-        tid = task.id if task is not None else (slot.task.id if slot.task else -1)
-        prev = self.cache.on_event
-        self.cache.on_event = lambda kind, **f: self._forward(kind, sid, tid, f)
-        try:
-            yield
-        finally:
-            self.cache.on_event = prev
+    def _report(self, slot, task) -> None:
+        """The records the last cache call queued, as events of `slot` (None: of no slot) and its task."""
+        sid = slot.id if slot is not None else -1
+        tid = task.id if task is not None else (slot.task.id if slot is not None and slot.task else -1)
+        for rec in self.cache.take_events():
+            self._forward(rec, sid, tid)
 
-    def _forward(self, kind: str, sid: int, tid: int, fields: dict) -> None:
-        entry = fields.pop("entry", None)
-        result = fields.pop("result", None)
+    def _forward(self, rec: CacheRecord, sid: int, tid: int) -> None:
+        fields, entry, kind = {"func": rec.func, **rec.fields}, rec.entry, rec.kind
         if kind == T.CACHE_ALLOC and entry is not None:
             fields.update(self.entry_json(entry))
-        if result is not None:
-            fields.update(scores_json(result), preview=False)
-        level = fields.pop("level", "TRC")
-        message = fields.pop("message", "")
+        if rec.result is not None:
+            fields.update(scores_json(rec.result), preview=False)
         drop = (kind == T.CACHE_EVICT and entry is not None and self.on_drop is not None
                 and fields.get("reason") not in ("loaded", "obsolete_prefix"))  # a hit or a superseded prefix loses nothing
         for k, v in fields.items():  # events carry plain numbers (the cache computes in float32)
             if isinstance(v, np.floating):
                 fields[k] = float(v)
-        ev = self.emit(kind, message, level=level, slot=sid, task=tid, **fields)
+        ev = self.emit(kind, rec.message, level=rec.level, slot=sid, task=tid, **fields)
         if drop:
-            self.on_drop({"tokens": entry.tokens, "where": "entry", "id": entry.id, "reason": fields["reason"],
-                          "seq": ev.seq})
+            self.on_drop(Drop(entry.tokens, "entry", entry.id, fields["reason"], ev.seq))
 
     def entry_json(self, e) -> dict:
         """What a view shows of an entry besides its size: the byte split, checkpoints, a text head."""
@@ -80,11 +74,11 @@ class CacheGlue:
         if self.cache is None or len(slot.tokens) == 0:
             return False
         mem = self.memory
-        with self._reporting(slot, task):
-            size_tgt = mem.state_size(slot.id)
-            size_dft = mem.state_size(slot.id, draft=True) if mem.info.has_draft else 0
-            entry = self.cache.alloc(slot.tokens.view(), slot.checkpoints, size_tgt, size_dft, id_slot=slot.id,
-                                     id_task=slot.task_prev.id if slot.task_prev else -1)
+        size_tgt = mem.state_size(slot.id)
+        size_dft = mem.state_size(slot.id, draft=True) if mem.info.has_draft else 0
+        entry = self.cache.alloc(slot.tokens.view(), slot.checkpoints, size_tgt, size_dft, id_slot=slot.id,
+                                 id_task=slot.task_prev.id if slot.task_prev else -1)
+        self._report(slot, task)
         if entry is None:
             return False
         mem.state_get(slot.id, out=entry.main)
@@ -96,13 +90,14 @@ class CacheGlue:
         """Restore the best entry for `task` into the slot (spec 2.4). Returns (outcome, scores):
         True = an entry was restored, None = nothing better than the slot, False = restore failed."""
         mem = self.memory
-        with self._reporting(slot, task):
-            res = self.cache.load(slot.tokens.view(), task.tokens)
-            if res.entry is None:
-                return None, res
-            entry = res.entry
-            set_dft = (lambda buf: mem.state_set(buf, slot.id, draft=True)) if mem.info.has_draft else None
-            ok = self.cache.restore(entry, lambda buf: mem.state_set(buf, slot.id), set_dft)
+        res = self.cache.load(slot.tokens.view(), task.tokens)
+        self._report(slot, task)
+        if res.entry is None:
+            return None, res
+        entry = res.entry
+        set_dft = (lambda buf: mem.state_set(buf, slot.id, draft=True)) if mem.info.has_draft else None
+        ok = self.cache.restore(entry, lambda buf: mem.state_set(buf, slot.id), set_dft)
+        self._report(slot, task)
         if not ok:
             self.emit(T.CACHE_LOAD_FAILED, "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
             return False, res
@@ -115,8 +110,8 @@ class CacheGlue:
 
     def update(self, slot, task=None) -> None:
         """`prompt_cache->update()` after a save or load: enforce the limits, log the state."""
-        with self._reporting(slot, task):
-            self.cache.update()
+        self.cache.update()
+        self._report(slot, task)
 
     def preview(self, slot, task) -> None:
         """The scores `load` would give, without loading (a view's preview; the server logs nothing)."""
@@ -128,7 +123,7 @@ class CacheGlue:
         ev = self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
                        n_tokens=len(slot.tokens))
         if self.on_drop is not None and len(slot.tokens) and reason != "load_failed":
-            self.on_drop({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": reason, "seq": ev.seq})
+            self.on_drop(Drop(slot.tokens.copy(), "slot", slot.id, reason, ev.seq))
         require_seq_rm(self.memory, slot.id, -1, -1)
         slot.tokens.clear()
         slot.checkpoints = []
@@ -138,9 +133,6 @@ class CacheGlue:
         """Empty the RAM prompt cache through the cache's own eviction (a lab control)."""
         if self.cache is None:
             return 0
-        prev = self.cache.on_event
-        self.cache.on_event = lambda kind, **f: self._forward(kind, -1, -1, f)
-        try:
-            return self.cache.clear()
-        finally:
-            self.cache.on_event = prev
+        n = self.cache.clear()
+        self._report(None, None)
+        return n

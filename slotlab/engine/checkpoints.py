@@ -11,6 +11,7 @@ from slotlab.engine import event_types as T
 from slotlab.engine.emit import Emitter
 from slotlab.units import MIB
 from slotlab.engine.prompt_cache import Checkpoint
+from slotlab.engine.task import Task, TaskType
 from slotlab.memory import Memory
 
 
@@ -27,9 +28,14 @@ class CheckpointPolicy:
         # the server's function-static offsets, fixed with the n_ubatch of the first use
         self.offsets = (min(info.n_batch, 4 + info.n_ubatch), min(info.n_batch, 4))
 
-    def gate(self, task) -> bool:
-        """`do_checkpoint` before the token loop (spec 4.2 steps 1-3; only COMPLETION tasks exist here)."""
+    @property
+    def enabled(self) -> bool:
+        """`--ctx-checkpoints` > 0 on a memory that needs them (spec 4.2 steps 1 and 3)."""
         return self.n_max > 0 and self.memory_needs
+
+    def gate(self, task: Task) -> bool:
+        """`do_checkpoint` before the token loop (spec 4.2 steps 1-3): checkpoints only for completion tasks."""
+        return self.enabled and task.type is TaskType.COMPLETION
 
     def cut(self, slot, spans, n_prompt: int, n_have: int, n_add: int) -> int:
         """The two early breaks of the token loop, checked after each pushed token (spec 4.2): at a
@@ -60,9 +66,9 @@ class CheckpointPolicy:
         ck = slot.checkpoints
         if not (not ck or near_end_or_last_user or n_tokens_start > ck[-1].n_tokens + self.min_step):
             return
-        self.create(slot, n_tokens_cur, mem_min, mem_max)
+        self.create_checkpoint(slot, n_tokens_cur, mem_min, mem_max)
 
-    def create(self, slot, n_tokens_cur: int, pos_min: int, pos_max: int) -> None:
+    def create_checkpoint(self, slot, n_tokens_cur: int, pos_min: int, pos_max: int) -> None:
         """`create_checkpoint` (spec 4.3): too-close eviction, FIFO cap, supersede, append."""
         emit, ck, id_task = self.emit, slot.checkpoints, slot.task.id
         last = -1

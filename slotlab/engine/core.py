@@ -29,13 +29,14 @@ from slotlab.engine import event_types as T
 from slotlab.engine.cache_glue import CacheGlue
 from slotlab.engine.cache_reuse import apply_cache_reuse
 from slotlab.engine.checkpoints import CheckpointPolicy
+from slotlab.engine.drops import Drop
 from slotlab.engine.emit import Emitter
 from slotlab.engine.events import EventBus
 from slotlab.engine.messages import find_message_spans, parse_delimiters
 from slotlab.engine.metrics import Metrics
 from slotlab.engine.params import ServerParams
 from slotlab.engine.prompt_cache import PromptCache
-from slotlab.engine.selection import SlotSelection, get_available_slot
+from slotlab.engine.selection import SlotSelection, get_available_slot, slot_index
 from slotlab.engine.slot import Slot, SlotState, now_us
 from slotlab.engine.slot_actions import SlotActions, check_slot_action
 from slotlab.engine.speculative import Speculative
@@ -66,10 +67,10 @@ class ServerCore:
         self.cache: PromptCache | None = None
         if params.cache_ram != 0:
             kw = {"allocate": allocate} if allocate is not None else {}
-            self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, **kw)
+            self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, record=True, **kw)
         # what the server held and dropped lately (cleared slots, evicted entries): a miss whose prefix
         # was dropped is explained by the drop (slotlab.explain); bounded, references only
-        self.dropped: collections.deque = collections.deque(maxlen=32)
+        self.dropped: collections.deque[Drop] = collections.deque(maxlen=32)
         self.glue = CacheGlue(self.cache, memory, self.emit, on_drop=self.dropped.append)
         self.cache_idle_slots = params.cache_idle_slots_effective
         self.checkpoints = CheckpointPolicy(memory, params.ctx_checkpoints, params.checkpoint_min_step, self.emit)
@@ -190,7 +191,7 @@ class ServerCore:
         self._process_cancels()
         self.process_new_tasks()
         self.update_slots()
-        self._snapshots()
+        self.emit_snapshots()
         return self.tq.pending() or any(s.is_processing for s in self.slots)
 
     def process_new_tasks(self) -> None:
@@ -198,7 +199,7 @@ class ServerCore:
             self.process_single_task(task)
 
     def get_slot_by_id(self, id_slot: int) -> Slot:
-        return self.slots[(id_slot % 2**64) % len(self.slots)]
+        return self.slots[slot_index(id_slot, len(self.slots))]
 
     def process_single_task(self, task: Task) -> None:
         if task.type is TaskType.COMPLETION:
@@ -209,7 +210,7 @@ class ServerCore:
             if slot.is_processing:
                 self.tq.defer(task, "requested slot is unavailable")
                 return
-            if self.launch_slot_with_task(slot, task) is False:
+            if not self.launch_slot_with_task(slot, task):
                 return  # "failed to launch slot with task": the task got its error and is dropped
             if self.cache_idle_slots:  # spec 1.6
                 for s in self.slots:
@@ -281,9 +282,9 @@ class ServerCore:
         lo = None
         if lost is not None and lost[0] > 0:
             d = lost[1]
-            lo = {"where": d["where"], "id": d["id"], "reason": d["reason"], "seq": d["seq"], **side(lost[0], d["tokens"])}
-            if "by_task" in d:
-                lo["by_task"] = d["by_task"]
+            lo = {"where": d.where, "id": d.id, "reason": d.reason, "seq": d.seq, **side(lost[0], d.tokens)}
+            if d.by_task is not None:
+                lo["by_task"] = d.by_task
         return h, lo
 
     def get_available_slot(self, task: Task) -> Slot | None:
@@ -326,7 +327,8 @@ class ServerCore:
 
     # ------------------------------------------------------------------ launch / release
 
-    def launch_slot_with_task(self, slot: Slot, task: Task) -> None:
+    def launch_slot_with_task(self, slot: Slot, task: Task) -> bool:
+        """The task takes `slot`; False when its sampler cannot be built (the task got its error)."""
         p = task.params
         if p.sampling is None:
             slot.sampler = self.memory.sampler(temperature=p.temperature, seed=p.seed, ignore_eos=p.ignore_eos)
@@ -347,6 +349,7 @@ class ServerCore:
         task.id_slot = slot.id
         self.emit(T.TASK_LAUNCHED, "processing task, is_child = 0", level="INF", slot=slot, task=task.id,
                   n_tokens=task.n_tokens)
+        return True
 
     def _next_time(self) -> int:
         """`ggml_time_us()` at release; strictly increasing so LRU order equals release order."""
@@ -377,6 +380,38 @@ class ServerCore:
                 self.glue.prompt_clear(s, reason="purge")
                 return True
         return False
+
+    def abort_all_slots(self, reason: str) -> None:
+        """`abort_all_slots`: every processing slot's task gets `reason` (a server_error); the slot is released."""
+        for s in self.slots:
+            if s.is_processing:
+                self.send_error(s, reason)
+                self.release(s)
+
+    def iterate(self, slots, fn, *args) -> None:
+        """`iterate` (SC:2711-2732): `fn(slot, *args)` for each slot; an exception in
+        one slot's part ends that slot's task with "got exception: ..." and releases the slot, and
+        the other slots go on. (Where the server calls GGML_ABORT instead of throwing, as for
+        `pos_min == -1` or a checkpoint of the wrong size, slotlab raises and lands here: the lab
+        keeps serving instead of ending the process.)"""
+        for s in slots:
+            try:
+                fn(s, *args)
+            except Exception as ex:  # noqa: BLE001 - the server catches std::exception here
+                log.exception("slot %d: got exception", s.id)
+                msg = f"got exception: {ex}"
+                self.emit(T.SLOT_EXCEPTION, msg, level="ERR", slot=s, error=repr(ex))
+                if s.task is not None and not s.task.done:
+                    self.send_error(s, msg)
+                self.release(s)
+
+    def _phase_failed(self, phase: str, ex: Exception) -> None:
+        """An exception out of a whole phase of `update_slots`: the server's SRV_ERR line, then
+        `abort_all_slots` with the same text; the loop goes on with the next iteration."""
+        log.exception("%s() failed", phase)
+        reason = f"{phase}() failed: {ex}"
+        self.emit(T.PHASE_FAILED, reason, level="ERR", phase=phase, error=repr(ex))
+        self.abort_all_slots(reason)
 
     def send_error(self, slot: Slot, message: str, type_: str = "server_error", code: int = 500) -> None:
         self.emit(T.TASK_ERROR, message, level="ERR", slot=slot, code=code, type=type_)
@@ -409,43 +444,57 @@ class ServerCore:
     # ------------------------------------------------------------------ update_slots (spec 3)
 
     def update_slots(self) -> None:
+        """The server's `update_slots` (SC:2773-2886, spec 6.5): pre_decode, then decode and
+        post_decode chunk by chunk. An exception of a phase aborts the processing slots with the
+        phase's error (`abort_all_slots`) and ends this iteration; the loop goes on serving."""
         if not any(s.is_processing for s in self.slots):
             return
         b = self.batch
         b.clear()
         self._is_prompt[:] = False
-        self.pre_decode()
+        try:
+            self.pre_decode()
+        except Exception as ex:  # noqa: BLE001 - "the batch is half-built and not rendered"
+            self._phase_failed("pre_decode", ex)
+            return
         n_batch = self.memory.info.n_batch
         off = 0
         while off < b.n_tokens:
             n = min(n_batch, b.n_tokens - off)
-            ok, n_batch = self.decode(n_batch, off, n)
-            if ok is None:
-                return  # fatal: every processing slot got the error
+            try:
+                ok, n_batch = self.decode(n_batch, off, n)
+            except Exception as ex:  # noqa: BLE001 - a fatal decode error, or a memory that raised
+                self._phase_failed("decode", ex)
+                break
             if not ok:
-                continue
-            self.post_decode(n, off)
+                continue  # retry with the updated n_batch
+            try:
+                self.post_decode(n, off)
+            except Exception as ex:  # noqa: BLE001
+                self._phase_failed("post_decode", ex)
+                break
             off += n
             n_batch = self.memory.info.n_batch
 
     def pre_decode(self) -> None:
-        b, n_batch = self.batch, self.memory.info.n_batch
-        for s in self.slots:  # generating slots first: their sampled token (+ drafts) at pos_next
-            if s.state is not SlotState.GENERATING:
-                continue
-            s.spec_draft = self.spec.draft(s) if self.spec is not None else []
-            pos = s.tokens.pos_next()
-            s.i_batch = b.add(s.sampled, pos, s.id, logits=True)
-            for j, t in enumerate(s.spec_draft):
-                b.add(t, pos + 1 + j, s.id, logits=True)
-            s.tokens.push_back(s.sampled)
-            s.tokens.extend(s.spec_draft)
+        """Generating slots first (their draft, then `handle_last_sampled_token`), then the prompts
+        that fit into the batch; each slot's part under `iterate`."""
+        b = self.batch
+        generating = [s for s in self.slots if s.state is SlotState.GENERATING]
+        if self.spec is not None:
+            self.iterate(generating, self._draft)
+        self.iterate(generating, Slot.handle_last_sampled_token, b)
         if self.params.cont_batching or b.n_tokens == 0:
-            for s in self.slots:
-                if b.n_tokens >= n_batch:
-                    return
-                if s.state in (SlotState.STARTED, SlotState.PROCESSING_PROMPT):
-                    self._process_prompt(s)
+            self.iterate(self.slots, self._batch_prompt, self.memory.info.n_batch)
+
+    def _draft(self, slot: Slot) -> None:
+        slot.spec_draft = self.spec.draft(slot)
+
+    def _batch_prompt(self, slot: Slot, n_batch: int) -> None:
+        if self.batch.n_tokens >= n_batch:
+            return  # the batch is full: skip the remaining slots
+        if slot.state in (SlotState.STARTED, SlotState.PROCESSING_PROMPT):
+            self._process_prompt(slot)
 
     def _start_prompt(self, slot: Slot) -> bool:
         """Entering STARTED (spec 3.2-3.6): the context checks, then n_past from the common prefix,
@@ -493,8 +542,8 @@ class ServerCore:
             n_past -= 1
             self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
         if n_past < len(slot.tokens):  # the rest of what the slot held is overwritten, unsaved
-            self.dropped.append({"tokens": slot.tokens.copy(), "where": "slot", "id": slot.id, "reason": "overwritten",
-                                 "seq": self.events.n_events, "by_task": task.id})
+            self.dropped.append(Drop(slot.tokens.copy(), "slot", slot.id, "overwritten", self.events.n_events,
+                                     by_task=task.id))
         slot.stats.n_prompt_cached = n_past
         slot.stats.n_prompt_processed = 0
         self.metrics.prompt_tokens_cached_total += n_past
@@ -548,7 +597,7 @@ class ServerCore:
         if do_checkpoint:
             self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end or is_last_user_message)
 
-    def _snapshots(self) -> None:
+    def emit_snapshots(self) -> None:
         """One `slot_snapshot` event per slot whose picture changed since the last one: what a view
         needs to redraw the slot without reading engine state (and what scrubbing replays)."""
         for s in self.slots:
@@ -563,9 +612,10 @@ class ServerCore:
                       shifts=list(s.shifts),
                       checkpoints=[(c.pos_min, c.pos_max, c.n_tokens, c.size(), c.id_task) for c in s.checkpoints])
 
-    def decode(self, n_batch: int, off: int, n: int):
-        """Returns (ok, n_batch): ok True = decoded, False = retry at the same offset with n_batch,
-        None = fatal (every processing slot got the error, was released and cleared)."""
+    def decode(self, n_batch: int, off: int, n: int) -> tuple[bool, int]:
+        """Returns (ok, n_batch): ok True = decoded, False = retry at the same offset with n_batch.
+        A fatal error raises (as the server throws), after every processing slot got the error and
+        was released and cleared."""
         b = self.batch
         t0 = time.perf_counter()
         ret = self.memory.decode(b, off, n)
@@ -585,26 +635,27 @@ class ServerCore:
                         self.send_error(s, err)
                         self.release(s)
                         self.glue.prompt_clear(s, reason="decode_failed")
-                return None, n_batch
+                raise RuntimeError(err)  # stop, do not retry with a smaller batch
             if not self.try_clear_idle_slots():
                 n_batch //= 2
             self.emit(T.DECODE_RETRY, "failed to find free space in the KV cache, retrying with smaller batch size, "
                       f"off = {off}, n_batch = {n_batch}, ret = {ret}", level="WRN", ret=ret, off=off, n_batch=n_batch)
             return False, n_batch
+        dt = time.perf_counter() - t0
+        n_prompt = self.metrics_post_decode(off, n, dt)
         if self.spec is not None and (ret := self.spec.process(b, off, n)) != 0:
             self.emit(T.DECODE_FAILED, "failed to process speculative batch", level="ERR", ret=ret, off=off,
                       n_batch=n_batch)
-            for s in self.slots:
-                if s.is_processing:
-                    self.send_error(s, "decode() failed: failed to process speculative batch")
-                    self.release(s)
-            return None, n_batch
-        dt = time.perf_counter() - t0
-        # metrics_post_decode: prompt tokens of this chunk are counted per slot
-        m = self.metrics
-        m.n_decode_total += 1
-        m.n_busy_slots_total += sum(1 for s in self.slots if s.is_processing)
-        m.n_tokens_max = max([m.n_tokens_max] + [len(s.tokens) for s in self.slots])
+            raise RuntimeError("failed to process speculative batch")  # update_slots aborts every slot
+        self.emit(T.DECODE, "", off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3)
+        return True, n_batch
+
+    def metrics_post_decode(self, off: int, n: int, dt: float) -> int:
+        """`metrics_post_decode` after a successful decode of rows [off, off + n) that took `dt`
+        seconds: the decode counters, and the chunk's prompt tokens counted per slot (timing the
+        slots' prompt progress). Returns the chunk's number of prompt tokens."""
+        b = self.batch
+        self.metrics.on_decode(self.slots)
         prompt_mask = self._is_prompt[off:off + n]
         n_prompt = int(prompt_mask.sum())
         if n_prompt:
@@ -615,33 +666,35 @@ class ServerCore:
                 if counts[s.id] and s.stats.is_set():
                     s.stats.n_prompt_processed += int(counts[s.id])
                     s.stats.t_prompt_last = t_now  # set_prompt_last: prompt timing advances per batch
-            m.prompt_tokens_total += n_prompt
-            m.prompt_seconds_total += dt
-        self.emit(T.DECODE, "", off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3)
-        return True, n_batch
+            self.metrics.on_prompt(n_prompt, dt)
+        return n_prompt
 
     def post_decode(self, n: int, off: int) -> None:
-        for s in self.slots:
-            if not (off <= s.i_batch < off + n):
-                continue
-            if s.state is SlotState.DONE_PROMPT:
-                s.state = SlotState.GENERATING
-            elif s.state is not SlotState.GENERATING:
-                continue
-            if s.spec_draft:
-                n_draft, n_acc = self.spec.verify(s, off, self._accept)
-                self.metrics.spec_draft_tokens_total += n_draft
-                self.metrics.spec_accepted_tokens_total += n_acc
-            else:
-                tok = s.sampler.sample(s.i_batch - off)
-                s.i_batch = -1
-                self._accept(s, tok)
-            if not s.has_next_token:
-                self.send_final_response(s)
-                self.release(s)
+        """Each slot whose output row is in [off, off + n): sample (or verify the draft), accept,
+        stop rules; each slot's part under `iterate`."""
+        self.iterate(self.slots, self._post_decode_slot, n, off)
 
-    def _accept(self, s: Slot, tok: int) -> bool:
-        """A sampled token: timings, then the stop rules (`process_token`)."""
+    def _post_decode_slot(self, s: Slot, n: int, off: int) -> None:
+        if not (off <= s.i_batch < off + n):
+            return
+        if s.state is SlotState.DONE_PROMPT:
+            s.state = SlotState.GENERATING
+        elif s.state is not SlotState.GENERATING:
+            return
+        if s.spec_draft:
+            n_draft, n_acc = self.spec.verify(s, off, self.accept_token)
+            self.metrics.spec_draft_tokens_total += n_draft
+            self.metrics.spec_accepted_tokens_total += n_acc
+        else:
+            tok = s.sampler.sample(s.i_batch - off)
+            s.i_batch = -1
+            self.accept_token(s, tok)
+        if not s.has_next_token:
+            self.send_final_response(s)
+            self.release(s)
+
+    def accept_token(self, s: Slot, tok: int) -> bool:
+        """A sampled token (`common_sampler_accept` done): timings, then the stop rules (`process_token`)."""
         t = now_us()
         s.stats.n_gen += 1
         if s.stats.n_gen == 1:
@@ -691,16 +744,16 @@ class ServerCore:
                 t.finish(error=error)
 
 
-def _longest_drop(dropped, toks) -> tuple[int, dict] | None:
-    """`max((lcp(d["tokens"], toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
+def _longest_drop(dropped, toks) -> tuple[int, Drop] | None:
+    """`max((lcp(d.tokens, toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
     computing every lcp: taken newest first, an older drop wins only with a longer lcp, which needs
     its token at the best lcp so far to match the prompt's (one element read instead of a scan)."""
-    order = sorted(range(len(dropped)), key=lambda i: -dropped[i]["seq"])  # stable: the first of equal seqs first
+    order = sorted(range(len(dropped)), key=lambda i: -dropped[i].seq)  # stable: the first of equal seqs first
     best = None
     n_toks = len(toks)
     for i in order:
         d = dropped[i]
-        t = d["tokens"]
+        t = d.tokens
         if best is not None:
             k = best[0]
             if k >= n_toks or k >= len(t) or t[k] != toks[k]:

@@ -47,6 +47,7 @@ TASK_ERROR = "task_error"
 TASK_DONE = "task_done"
 SLOT_RELEASE = "slot_release"
 CALLBACK_ERROR = "callback_error"
+SLOT_EXCEPTION = "slot_exception"
 # slot selection (and what happens to idle slots)
 SLOT_SELECTED_BY_ID = "slot_selected_by_id"
 SLOT_SKIP = "slot_skip"
@@ -104,6 +105,7 @@ SLOT_DRAFT_DROPPED = "slot_draft_dropped"
 DECODE = "decode"
 DECODE_RETRY = "decode_retry"
 DECODE_FAILED = "decode_failed"
+PHASE_FAILED = "phase_failed"
 # speculative decoding (-md)
 SPEC_DRAFT = "spec_draft"
 SPEC_VERIFY = "spec_verify"
@@ -274,6 +276,16 @@ class CallbackError(TaskEvent):
     """The request's `on_token` callback (a streaming client) raised; the task goes on (`message`
     has the error too)."""
     KINDS = (CALLBACK_ERROR,)
+    error: str
+    """`repr()` of the exception."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotException(TaskEvent):
+    """`iterate` (SC:2711-2732) caught an exception in one slot's part of a phase:
+    `message` = "got exception: ..." (the text the task's error carries too); the slot is released,
+    the other slots go on."""
+    KINDS = (SLOT_EXCEPTION,)
     error: str
     """`repr()` of the exception."""
 
@@ -917,6 +929,18 @@ class DecodeFailed(DecodeEvent):
     """Offset of the chunk."""
     n_batch: int
     """Batch size."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseFailed(DecodeEvent):
+    """`update_slots` caught an exception of a whole phase (SC:2815-2886): `message` =
+    "pre_decode() failed: ..." (or decode / post_decode); every processing slot got it as its error
+    (`abort_all_slots`) and the loop goes on with the next iteration."""
+    KINDS = (PHASE_FAILED,)
+    phase: str
+    """`pre_decode`, `decode` or `post_decode`."""
+    error: str
+    """`repr()` of the exception."""
 
 
 # ---------------------------------------------------------------------------------------------- speculative

@@ -18,6 +18,20 @@ class Metrics:
     spec_draft_tokens_total: int = 0  # spec_decode_num_draft_tokens_total
     spec_accepted_tokens_total: int = 0  # spec_decode_num_accepted_tokens_total
 
+    def on_decode(self, slots, steps: int = 1) -> None:
+        """`metrics_post_decode`'s counters for `steps` successful decodes over `slots` as they stand
+        (the simulator's fast-forward counts k alike steps at once): decodes, busy slots per decode,
+        the most tokens a slot held."""
+        self.n_decode_total += steps
+        self.n_busy_slots_total += steps * sum(1 for s in slots if s.is_processing)
+        self.n_tokens_max = max([self.n_tokens_max] + [len(s.tokens) for s in slots])
+
+    def on_prompt(self, n_prompt: int, seconds: float) -> None:
+        """Prompt tokens processed by decodes that took `seconds` (`metrics.add_prompt`)."""
+        if n_prompt:
+            self.prompt_tokens_total += n_prompt
+            self.prompt_seconds_total += seconds
+
     def on_final(self, slot) -> None:
         self.n_requests_done += 1
 

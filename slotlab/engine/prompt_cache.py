@@ -12,9 +12,12 @@ Fidelity rules kept from the C++:
   conversions as the C++ (spec 0.2), so ties at 0.25 and between candidates resolve identically;
 * sizes are recomputed from the buffers each time (an entry whose `main` was freed by a half-failed
   restore keeps counting its draft and checkpoint bytes, as in the server);
-* each decision is reported through `on_event(kind, **fields)` with the server's own log line in
-  `message` (empty when the server logs nothing), plus `level` (TRC/WRN/ERR) and `func` (the C++
-  function whose `__func__` prefixes the server's line).
+* each decision is reported as a `CacheRecord` (kind, the server's own log line in `message`, empty
+  when the server logs nothing, `level` TRC/WRN/ERR, `func` the C++ function whose `__func__`
+  prefixes the line, and the fields). A cache built with `record=True` queues them, and its owner
+  drains the queue after each call (`take_events()`, as SGLang's radix cache hands out its KV
+  events), so no caller swaps a callback in and out; `on_event(kind, **fields)`, fixed at
+  construction, hears each one as it is made (a standalone cache in a notebook or a figure).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from slotlab.engine.tokens import as_tokens, common_prefix
 __all__ = [
     "Checkpoint",
     "CacheEntry",
+    "CacheRecord",
     "EntryScore",
     "LoadResult",
     "PromptCache",
@@ -41,7 +45,7 @@ __all__ = [
     "f32_ratio",
 ]
 
-from slotlab.units import MIB  # noqa: E402  (re-exported: older imports read it here)
+from slotlab.units import MIB, cache_ram_bytes  # noqa: E402  (MIB re-exported: older imports read it here)
 
 #: The 0.25 floor of `load` ("don't trash large prompts"), as the C++ literal `0.25f`.
 F_KEEP_FLOOR = np.float32(0.25)
@@ -197,12 +201,28 @@ class LoadResult:
     scores: tuple[EntryScore, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class CacheRecord:
+    """One decision of the cache, as the server logs it: `kind` (an event_types constant), `level`,
+    `func` and `message` (the server's line), the entry and the load result it is about (objects,
+    for the owner to describe), and the event's plain fields."""
+
+    kind: str
+    level: str
+    func: str
+    message: str
+    entry: Optional["CacheEntry"] = None
+    result: Optional["LoadResult"] = None
+    fields: dict = field(default_factory=dict)
+
+
 class PromptCache:
     """`server_prompt_cache`: FIFO list of cached prompts under a byte limit and a token limit.
 
     `limit_size` is bytes (0 = none); `limit_tokens` is tokens (0 = none; the server passes
     `llama_n_ctx`, so it is never 0 there). `allocate(nbytes)` produces a state buffer and may raise
-    MemoryError, which takes the server's `std::bad_alloc` path. `clock` stamps `created_at`."""
+    MemoryError, which takes the server's `std::bad_alloc` path. `clock` stamps `created_at`.
+    `record=True` queues a `CacheRecord` per decision for `take_events()`; `on_event` hears each."""
 
     def __init__(
         self,
@@ -212,6 +232,7 @@ class PromptCache:
         allocate: Callable[[int], Buffer] = default_allocate,
         on_event: Optional[EventSink] = None,
         clock: Callable[[], float] = time.monotonic,
+        record: bool = False,
     ) -> None:
         if limit_size < 0 or limit_tokens < 0:
             raise ValueError("limit_size and limit_tokens are size_t: they cannot be negative")
@@ -219,6 +240,7 @@ class PromptCache:
         self.limit_tokens = int(limit_tokens)
         self.allocate = allocate
         self.on_event = on_event
+        self._records: Optional[list[CacheRecord]] = [] if record else None
         self.clock = clock
         self.entries: list[CacheEntry] = []
         #: The token cap the last `update()` enforced (`limit_tokens_cur`); None before the first.
@@ -232,7 +254,7 @@ class PromptCache:
         negative MiB = no byte limit. `--cache-ram 0` means no cache object at all, so it is refused."""
         if cache_ram_mib == 0:
             raise ValueError("--cache-ram 0 disables the prompt cache: create no PromptCache")
-        return cls(1024 * 1024 * max(0, int(cache_ram_mib)), int(n_ctx), **kwargs)
+        return cls(cache_ram_bytes(cache_ram_mib), int(n_ctx), **kwargs)
 
     # -- totals -------------------------------------------------------------------------------
 
@@ -249,7 +271,8 @@ class PromptCache:
 
     @property
     def n_allocated(self) -> int:
-        """How many entries were ever appended (the next entry's id): what changes when one is."""
+        """How many entries were ever appended (the next one's id): it changes exactly when an entry
+        is appended, so an allocator can tell the blobs of the entry being built from older ones."""
         return self._next_id
 
     # -- one prompt scored several times ---------------------------------------------------------
@@ -279,9 +302,31 @@ class PromptCache:
 
     # -- events -------------------------------------------------------------------------------
 
-    def _emit(self, kind: str, level: str, func: str, message: str, **fields: Any) -> None:
+    @property
+    def recording(self) -> bool:
+        """Whether the decisions are queued for `take_events()` (`record=True`)."""
+        return self._records is not None
+
+    @property
+    def reporting(self) -> bool:
+        """Whether anyone hears the decisions (a queue or a listener): the report-only sizes of
+        `update()` are computed only then."""
+        return self._records is not None or self.on_event is not None
+
+    def take_events(self) -> list[CacheRecord]:
+        """The records queued since the last call, oldest first (empty without `record=True`)."""
+        if not self._records:
+            return []
+        out, self._records = self._records, []
+        return out
+
+    def _emit(self, kind: str, level: str, func: str, message: str, *, entry: Optional["CacheEntry"] = None,
+              result: Optional["LoadResult"] = None, **fields: Any) -> None:
+        if self._records is not None:
+            self._records.append(CacheRecord(kind, level, func, message, entry, result, fields))
         if self.on_event is not None:
-            self.on_event(kind, level=level, func=func, message=message, **fields)
+            extra = {k: v for k, v in (("entry", entry), ("result", result)) if v is not None}
+            self.on_event(kind, level=level, func=func, message=message, **extra, **fields)
 
     def _evict_front(self, reason: str, level: str, func: str, message: str) -> None:
         e = self.entries.pop(0)
@@ -410,12 +455,7 @@ class PromptCache:
         better on both f_keep and f_sim than the running best. This sequential test is order
         dependent (spec Appendix B) and is kept as is. Nothing is removed here: see `restore`/`take`.
         `emit=False` scores silently (a preview for a UI; the server logs nothing then)."""
-        if not emit:
-            sink, self.on_event = self.on_event, None
-            try:
-                return self.load(slot_tokens, tokens_new)
-            finally:
-                self.on_event = sink
+        report = emit and self.reporting
         slot_tokens = as_tokens(slot_tokens)
         tokens_new = as_tokens(tokens_new)
         n_slot = int(slot_tokens.shape[0])
@@ -424,10 +464,11 @@ class PromptCache:
         lcp_base = common_prefix(slot_tokens, tokens_new)
         f_keep_base = f32_ratio(lcp_base, n_slot) if n_slot > 0 else np.float32(-1.0)
         f_sim_base = f32_ratio(lcp_base, n_new)
-        self._emit(T.CACHE_LOAD_BASE, "TRC", "load",
-                   " - looking for better prompt, base f_keep = %.3f, f_sim = %.3f"
-                   % (float(f_keep_base), float(f_sim_base)),
-                   lcp=lcp_base, f_keep=f_keep_base, f_sim=f_sim_base, n_tokens=n_slot)
+        if report:
+            self._emit(T.CACHE_LOAD_BASE, "TRC", "load",
+                       " - looking for better prompt, base f_keep = %.3f, f_sim = %.3f"
+                       % (float(f_keep_base), float(f_sim_base)),
+                       lcp=lcp_base, f_keep=f_keep_base, f_sim=f_sim_base, n_tokens=n_slot)
 
         f_keep_best, f_sim_best = f_keep_base, f_sim_base
         best: Optional[CacheEntry] = None
@@ -437,10 +478,11 @@ class PromptCache:
             lcp = self.lcp(e, tokens_new)
             f_keep = f32_ratio(lcp, n_e)
             f_sim = f32_ratio(lcp, n_new)
-            self._emit(T.CACHE_LOAD_SCORE, "TRC", "load",
-                       "   - prompt with length %7d, lcp = %7d, f_keep = %.3f, f_sim = %.3f"
-                       % (n_e, lcp, float(f_keep), float(f_sim)),
-                       entry=e, entry_id=e.id, n_tokens=n_e, lcp=lcp, f_keep=f_keep, f_sim=f_sim)
+            if report:
+                self._emit(T.CACHE_LOAD_SCORE, "TRC", "load",
+                           "   - prompt with length %7d, lcp = %7d, f_keep = %.3f, f_sim = %.3f"
+                           % (n_e, lcp, float(f_keep), float(f_sim)),
+                           entry=e, entry_id=e.id, n_tokens=n_e, lcp=lcp, f_keep=f_keep, f_sim=f_sim)
             below = bool(f_keep < F_KEEP_FLOOR)
             improved = (not below) and bool(f_keep_best < f_keep) and bool(f_sim_best < f_sim)
             if improved:
@@ -451,6 +493,8 @@ class PromptCache:
                   for s in scores]
         result = LoadResult(best, lcp_base, f_keep_base, f_sim_base, f_keep_best, f_sim_best,
                             tuple(scores))
+        if not report:
+            return result
         if best is not None:
             self._emit(T.CACHE_LOAD_FOUND, "TRC", "load",
                        " - found better prompt with f_keep = %.3f, f_sim = %.3f"
@@ -545,7 +589,7 @@ class PromptCache:
                     " - cache token limit (%d, est: %d) reached, removing oldest entry (size = %.3f MiB)"
                     % (self.limit_tokens, limit_tokens_cur, self.entries[0].size() / MIB))
 
-        if self.on_event is None:  # nothing to report (the sizes below are only for the report)
+        if not self.reporting:  # nothing to report (the sizes below are only for the report)
             return limit_tokens_cur
         sizes = [e.size() for e in self.entries]
         size = sum(sizes)

@@ -128,10 +128,12 @@ def action_result(action: str, task) -> dict:
 
 
 def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, int], None] | None = None,
-           slot_save_path: str | None = None, memory_factory: Callable | None = None) -> dict:
+           slot_save_path: str | None = None, memory_factory: Callable | None = None,
+           on_submit: Callable[[int, Any], None] | None = None) -> dict:
     """Replay `trace` on a new engine (or `engine`) in step mode; returns {"flags", "results", "engine",
     "tasks"} (`tasks`: each request's Task, None for slot actions). `memory_factory(params)` gives the
-    memory to run on (default: the real model's context)."""
+    memory to run on (default: the real model's context). `on_submit(i, task)` hears of request `i`'s
+    completion task as it is queued, before the engine steps (None for a slot action)."""
     from slotlab.engine.scheduler import Engine
 
     flags = resolve_flags(trace.flags, model)
@@ -158,6 +160,8 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
                               cache_prompt=r.get("cache_prompt"), n_cache_reuse=r.get("n_cache_reuse"),
                               temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF), ignore_eos=True,
                               message_delimiters=r.get("message_delimiters"))
+        if on_submit is not None:
+            on_submit(i, None if "action" in r else t)
         tasks.append((r, t))
         if r.get("wait", True):
             engine.run_until(lambda: t.done)

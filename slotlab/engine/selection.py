@@ -44,6 +44,12 @@ class SlotSelection:
     id_requested: int = -1
 
 
+def slot_index(id_slot: int, n_slots: int) -> int:
+    """The slot a requested `id_slot` names: the server indexes `slots[id]` with a size_t, so the id
+    wraps modulo 2**64 and then modulo n_slots (-2 is slot (2**64 - 2) % n_slots)."""
+    return (id_slot % 2**64) % n_slots
+
+
 def get_available_slot(slots: Sequence, tokens: np.ndarray, id_slot: int, sps: float,
                        lcps: Sequence[int] | None = None) -> SlotSelection:
     """Steps A-C on `slots` (objects with `id`, `is_processing`, `tokens`, `t_last_used`). `lcps`: each
@@ -56,7 +62,7 @@ def get_available_slot(slots: Sequence, tokens: np.ndarray, id_slot: int, sps: f
     f_keep = None
     checks: list[SlotCheck] = []
     if id_slot != -1:  # A: by id (spec 1.1); the index wraps as size_t modulo n_slots
-        ret, how = slots[(id_slot % 2**64) % len(slots)], "id"
+        ret, how = slots[slot_index(id_slot, len(slots))], "id"
     sps32 = np.float32(sps)
     if sps32 != 0:  # B: by LCP similarity (spec 1.2)
         for j, s in enumerate(slots):

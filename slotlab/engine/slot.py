@@ -99,6 +99,16 @@ class Slot:
     def has_budget(self) -> bool:
         return self.n_predict_max == -1 or self.n_remaining() > 0
 
+    def handle_last_sampled_token(self, batch) -> None:
+        """`server_slot::handle_last_sampled_token`: the sampled token (then the draft, if any) into
+        `batch` at the next position, with logits, and into the slot's tokens."""
+        pos = self.tokens.pos_next()
+        self.i_batch = batch.add(self.sampled, pos, self.id, logits=True)
+        for j, t in enumerate(self.spec_draft):
+            batch.add(t, pos + 1 + j, self.id, logits=True)
+        self.tokens.push_back(self.sampled)
+        self.tokens.extend(self.spec_draft)
+
     def reset(self) -> None:
         """`server_slot::reset` at release: stats zeroed, task moved to task_prev."""
         self.stats = SlotStats()

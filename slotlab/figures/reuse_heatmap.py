@@ -22,7 +22,7 @@ from matplotlib.patches import Patch, Rectangle
 from slotlab.explain import CAUSES, Explainer
 from slotlab.figures import png
 from slotlab.figures.misses import CAUSE_COLORS
-from slotlab.panel.figure import COLORS
+from slotlab.palette import COLORS
 
 #: hit categories (where the reused tokens came from: the prompt plan's provenance) and their colours
 HITS = {"slot hit": COLORS["kept"], "RAM-cache hit": COLORS["cache"], "file hit": COLORS["file"]}

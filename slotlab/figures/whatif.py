@@ -18,10 +18,11 @@ All three take slotlab's own results, never numbers typed in:
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 from slotlab.figures import png
 
-__all__ = ["overview", "sweep", "cache_over_time", "labels_of"]
+__all__ = ["overview", "sweep", "cache_over_time", "labels_of", "write_html", "write_png"]
 
 GIB = 2**30
 BLUE, RED, GREY = "#1f77b4", "#d62728", "#7f7f7f"
@@ -279,3 +280,41 @@ def cache_over_time(timelines, *, title: str | None = None):
     fig.suptitle((title + "\n" if title else "") + "evictions below each curve, by reason (" + notes + ")",
                  fontsize=9, x=0.02, ha="left")
     return fig
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+def write_html(runs: list, path, *, pick=None, budget_mib: float | None = None, title: str = "slotlab whatif") -> None:
+    """A plotly figure: per setting, reuse vs the bound, tokens prefilled, peak RAM cache, TTFT p50 / p99."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    ok = [r for r in runs if r.error is None]
+    labels = [r.label for r in ok]
+    colors = ["#d62728" if pick is not None and r is pick else "#1f77b4" for r in ok]
+    fig = make_subplots(rows=2, cols=2, subplot_titles=("prompt tokens reused (% of prompt; line: infinite cache)",
+                                                        "tokens prefilled", "peak RAM cache (MiB)",
+                                                        "TTFT (s): p50 bars, p99 markers"))
+    fig.add_trace(go.Bar(x=labels, y=[100 * r.reuse for r in ok], marker_color=colors, name="reused %"), 1, 1)
+    if ok and ok[0].bound_tokens:
+        bound = 100 * ok[0].bound_tokens / ok[0].prompt_tokens
+        fig.add_trace(go.Scatter(x=labels, y=[bound] * len(ok), mode="lines", name="infinite-cache bound",
+                                 line=dict(dash="dash", color="gray")), 1, 1)
+    fig.add_trace(go.Bar(x=labels, y=[r.tokens_prefilled for r in ok], marker_color=colors, name="prefilled"), 1, 2)
+    fig.add_trace(go.Bar(x=labels, y=[r.peak_cache_bytes / 2**20 for r in ok], marker_color=colors, name="peak RAM"),
+                  2, 1)
+    if budget_mib is not None:
+        fig.add_trace(go.Scatter(x=labels, y=[budget_mib] * len(ok), mode="lines", name="budget",
+                                 line=dict(dash="dot", color="red")), 2, 1)
+    fig.add_trace(go.Bar(x=labels, y=[r.ttft_p50 for r in ok], marker_color=colors, name="TTFT p50"), 2, 2)
+    fig.add_trace(go.Scatter(x=labels, y=[r.ttft_p99 for r in ok], mode="markers", name="TTFT p99",
+                             marker=dict(symbol="diamond", color="black")), 2, 2)
+    sub = f"best within {budget_mib:g} MiB: {pick.label}" if pick is not None and budget_mib is not None else (
+        f"best: {pick.label}" if pick is not None else "")
+    fig.update_layout(title=f"{title}<br><sup>{sub}</sup>", showlegend=True, height=800)
+    fig.write_html(str(path), include_plotlyjs="cdn")
+
+
+def write_png(runs: list, path, *, pick=None, budget_mib: float | None = None, title: str = "slotlab whatif") -> None:
+    """The grid as a static PNG (`overview`): the data `write_html` shows."""
+    Path(path).write_bytes(png.to_png(overview(runs, pick=pick, budget_mib=budget_mib, title=title)))

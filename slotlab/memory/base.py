@@ -15,6 +15,7 @@ context, as the server's `common_memory` does, so the core never has to mirror t
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from slotlab.batch import Batch
 from slotlab.errors import SlotlabError
+from slotlab.sampling import SamplingParams
 
 # `common_context_seq_rm_type` (CH:1007-1012; probed by CC:1491) as plain strings: how far back a sequence can be truncated.
 SEQ_RM_NO, SEQ_RM_PART, SEQ_RM_FULL, SEQ_RM_RS = "NO", "PART", "FULL", "RS"
@@ -52,7 +54,11 @@ class MemoryInfo:
 
 
 class SlotSampler(Protocol):
-    """A slot's sampler: the token for batch row `i` of the last decode (accepted), and release."""
+    """A slot's sampler: the token for batch row `i` of the last decode (accepted), and release.
+    `last_probs`: the probabilities of the last sampled token when the request asked for `n_probs`
+    (`populate_token_probs`), None where the memory reports none."""
+
+    last_probs: Any
 
     def sample(self, i: int) -> int: ...
 
@@ -120,7 +126,12 @@ class Memory(Protocol):
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int: ...
 
-    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool) -> SlotSampler: ...
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool, sampling: SamplingParams | None = None,
+                prompt: np.ndarray | None = None) -> SlotSampler:
+        """A slot's sampler for one task. `sampling`: the request's sampler settings (None = the plain
+        chain); `prompt`: its tokens, fed to the chain as `init_sampler` does. A setting the chain
+        cannot take (a grammar that does not parse) raises ValueError (`common_sampler_init`)."""
+        ...
 
     def draft(self, seq: int, token: int, pos: int, n_max: int) -> list[int]: ...
 
@@ -128,14 +139,53 @@ class Memory(Protocol):
 
 
 def check_memory(mem: Any) -> None:
-    """Refuse an object that does not implement the interface, naming what is missing."""
+    """Refuse an object that does not implement the interface, naming what is missing (a quick check
+    of names, made by every core; `protocol_mismatches` compares the signatures too)."""
     missing = [n for n in ("info", "vocab", "seq_rm", "seq_add", "pos_min", "pos_max", "state_size", "state_get",
                            "state_set", "decode", "sampler") if not hasattr(mem, n)]
     if missing:
         raise TypeError(f"{type(mem).__name__} is not a slotlab Memory: missing {', '.join(missing)}")
 
 
+def _params(fn) -> dict[str, inspect.Parameter]:
+    return {k: p for k, p in inspect.signature(fn).parameters.items() if k != "self"}
+
+
+def protocol_mismatches(cls: type, protocol: type = None) -> list[str]:
+    """How `cls` differs from `protocol` (default `Memory`): each method of the protocol must exist and
+    take every parameter of the protocol's method, by the same name and kind (keyword-only stays
+    keyword-only), with a default where the protocol has one; extra parameters need a default. Empty
+    when `cls` conforms. Attributes (`info`, `vocab`) are set per instance and are not checked here."""
+    protocol = protocol or Memory
+    out = []
+    for name, want_fn in vars(protocol).items():
+        if name.startswith("_") or not callable(want_fn):
+            continue
+        got_fn = getattr(cls, name, None)
+        if got_fn is None or not callable(got_fn):
+            out.append(f"{cls.__name__}.{name} is missing")
+            continue
+        want, got = _params(want_fn), _params(got_fn)
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in got.values())
+        for k, w in want.items():
+            g = got.get(k)
+            if g is None:
+                if not (var_kw and w.kind is w.KEYWORD_ONLY):
+                    out.append(f"{cls.__name__}.{name} does not take `{k}`")
+                continue
+            if g.kind is not w.kind and not (g.kind is g.POSITIONAL_OR_KEYWORD and w.kind is w.KEYWORD_ONLY):
+                out.append(f"{cls.__name__}.{name}: `{k}` is {g.kind.description}, the protocol's is "
+                           f"{w.kind.description}")
+            if w.default is not w.empty and g.default is g.empty:
+                out.append(f"{cls.__name__}.{name}: `{k}` needs a default (the protocol's is {w.default!r})")
+        for k, g in got.items():
+            if k not in want and g.default is g.empty and g.kind not in (g.VAR_POSITIONAL, g.VAR_KEYWORD):
+                out.append(f"{cls.__name__}.{name}: `{k}` is not in the protocol and has no default")
+    return out
+
+
 __all__: Sequence[str] = ["Batch", "Memory", "MemoryInfo", "SlotSampler", "Vocab", "check_memory", "require_seq_rm",
+                          "protocol_mismatches",
                           "SeqRmRefused",
                           "SEQ_RM_NO", "SEQ_RM_PART", "SEQ_RM_FULL", "SEQ_RM_RS"]
 

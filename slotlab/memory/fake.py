@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from slotlab.memory.base import SEQ_RM_FULL, SEQ_RM_PART, Batch, MemoryInfo
+from slotlab.sampling import SamplingParams
 
 _MAGIC = 0x5F4B4146  # "FAK_"
 
@@ -50,6 +51,8 @@ class _Seq:
 
 
 class _FakeSampler:
+    last_probs = None  # the fake reports no probabilities
+
     def __init__(self, mem: "FakeMemory"):
         self.mem = mem
 
@@ -226,7 +229,9 @@ class FakeMemory:
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:
         raise ValueError("the fake memory has no draft context")
 
-    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool) -> _FakeSampler:
+    def sampler(self, *, temperature: float, seed: int, ignore_eos: bool, sampling: SamplingParams | None = None,
+                prompt=None) -> _FakeSampler:
+        """The fake's tokens are a function of the row alone: no setting of the request changes them."""
         return _FakeSampler(self)
 
     def draft(self, seq: int, token: int, pos: int, n_max: int) -> list[int]:

@@ -19,11 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState, SlotView
+from slotlab.palette import COLORS  # noqa: F401  (the provenance colours; read here by the panel's users)
 from slotlab.units import MIB
 
-#: colour of each provenance kind (token timelines)
-COLORS = {"kept": "#4c78a8", "cache": "#72b7b2", "file": "#b279a2", "checkpoint": "#9d755d", "shifted": "#eeca3b",
-          "prefill": "#f58518", "generated": "#54a24b"}
 DIVERGENCE_COLOR = "red"
 #: the SWA window band, RGBA (0-255 channels, alpha 0-1)
 WINDOW_RGBA = (150, 150, 150, 0.25)

@@ -3,7 +3,7 @@
 Prometheus text of `/metrics` (ST:30-146, SC:4560-4626, ST:1523-1617), with the server's keys,
 order and help texts.
 
-Request defaults come from `ServerParams.sampling_defaults()` (the flags) when the flag parser has it;
+Request defaults come from `slotlab.serve.defaults.sampling_defaults(params)` (the flags) for parsed flags;
 else from `SERVER_DEFAULTS`, llama.cpp's `common_params_sampling` defaults as the server reports them."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import dataclasses
 import os
 import secrets
 
+from slotlab.engine.params import ServerParams
 from slotlab.llama.chat_builtin import special_texts
 from slotlab.serve import nljson as J
+from slotlab.serve.defaults import sampling_defaults
 
 # llama_build_info() of the llama.cpp slotlab reproduces (the llama-server `make llama-server` builds from
 # llama-cpp-python 0.3.36's vendored tree), marked as slotlab's: /props build_info and every OpenAI
@@ -55,9 +57,8 @@ FULL_KEYS = (METRIC_KEYS[:19] + ["dry_sequence_breakers"] + METRIC_KEYS[19:24] +
 def request_defaults(params) -> dict:
     """The values a request starts from (eval_llama_cmpl_schema copies them from the command line)."""
     out = dict(SERVER_DEFAULTS)
-    fn = getattr(params, "sampling_defaults", None)
-    if fn is not None:
-        for k, v in fn().items():
+    if isinstance(params, ServerParams):
+        for k, v in sampling_defaults(params).items():
             if k in out and k not in ("grammar", "logit_bias"):
                 out[k] = v
     out["n_predict"] = getattr(params, "n_predict", -1)

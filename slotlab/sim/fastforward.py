@@ -49,7 +49,7 @@ import numpy as np
 from slotlab.engine import event_types as T
 from slotlab.engine.slot import SlotState, now_us
 from slotlab.memory.paper import PaperMemory, PaperSampler, PaperVocab
-from slotlab.sim.memory import _ScriptSampler
+from slotlab.sim.memory import ScriptSampler
 
 __all__ = ["FastForward"]
 
@@ -95,13 +95,11 @@ class FastForward:
         prompt token (the chain then starts there, and the script is looked up as `sample` would)."""
         sp = s.sampler
         script = None
-        if isinstance(sp, _ScriptSampler):
-            if sp._script is False:
-                if not first:
-                    return None
-                sp._script, sp._slot = sp._lookup()  # what its first sample() does
-            script, base = sp._script, sp.base
-            n0 = len(sp._slot.generated) if sp._slot is not None else 0
+        if isinstance(sp, ScriptSampler):
+            if not sp.resolved and not first:
+                return None
+            script, n0 = sp.script()  # (looked up as its first sample() would)
+            base = sp.base
         else:
             base = sp
         if not isinstance(base, PaperSampler) or base.mem is not self.mem or not isinstance(self.mem.gen_vocab, PaperVocab):
@@ -178,7 +176,7 @@ class FastForward:
         if m == 0:  # the first step would not fit in the KV pool: plain stepping handles it
             return 0, now
         k = m  # the memory applied m steps: the slots follow it
-        # the slots, as k times pre_decode (push the fed token) + post_decode (sample, _accept)
+        # the slots, as k times pre_decode (push the fed token) + post_decode (sample, accept_token)
         tnow = now_us()
         met = core.metrics
         for c_, (s, ch) in enumerate(zip(gen, chains)):
@@ -197,11 +195,9 @@ class FastForward:
             st.t_gen_last = tnow
             s.i_batch = -1
         met.tokens_predicted_total += k * b
-        met.n_decode_total += k
-        met.n_busy_slots_total += k * sum(1 for s in core.slots if s.is_processing)
-        met.n_tokens_max = max([met.n_tokens_max] + [len(s.tokens) for s in core.slots])
+        met.on_decode(core.slots, k)
         core.emit(T.DECODE, "", off=0, n_tokens=k * b, n_prompt=0, ms=(time.perf_counter() - t0) * 1e3, _steps=k)
-        core._snapshots()
+        core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k
         return k, clocks[k - 1]
@@ -340,23 +336,20 @@ class FastForward:
             s.stats.n_gen += k
             s.stats.t_gen_last = tnow
             s.i_batch = -1
-        met.n_decode_total += k
-        met.n_busy_slots_total += k * sum(1 for s in core.slots if s.is_processing)
-        met.prompt_tokens_total += n_prompt
         met.tokens_predicted_total += k * b
         if first is not None:  # its prompt is done: DONE_PROMPT, then post_decode samples its first token
             s, tok = first
             s.stats.n_gen = 0
             s.state = _GEN  # DONE_PROMPT -> GENERATING in post_decode, which samples it
             s.i_batch = -1
-            core._accept(s, tok)
+            core.accept_token(s, tok)
             if not s.has_next_token:
                 raise AssertionError(f"slot {s.id}: the first token was predicted not to end it")
-        met.n_tokens_max = max([met.n_tokens_max] + [len(s.tokens) for s in core.slots])
+        met.on_decode(core.slots, k)
         dt = time.perf_counter() - t0
-        met.prompt_seconds_total += dt
+        met.on_prompt(n_prompt, dt)
         emit(T.DECODE, "", off=0, n_tokens=sum(sizes[:k]), n_prompt=n_prompt, ms=dt * 1e3, _steps=k)
-        core._snapshots()
+        core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k
         return k, clocks[k - 1]

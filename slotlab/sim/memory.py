@@ -4,7 +4,8 @@
   recorded (a golden trace's answer, a trace that carries its outputs); the sampler returns them in
   order and falls back to the paper memory's placeholders (ids that match no prompt token) after
   the script, or for a request without one. Which request a sampler serves is looked up in the
-  core's slots (`bind(core)`), since the memory interface's `sampler()` is not told.
+  core's slots (`bind(core)`), since the memory interface's `sampler()` is not told (yet: the
+  protocol's `task_id` will tell it once the paper memory takes it).
 * **Decode accounting** for a simulated clock: `decoded` collects the token count of every
   successful target decode, `decoded_out` its count of output rows (logits requested); the
   simulator reads and clears both after each engine step (and `decoded_ctx` / `decoded_kv`, the
@@ -23,13 +24,19 @@ import numpy as np
 
 from slotlab.memory.paper import PaperMemory
 
-__all__ = ["SimMemory"]
+__all__ = ["ScriptSampler", "SimMemory"]
 
 
-class _ScriptSampler:
+class ScriptSampler:
+    """The sampler of a `SimMemory` with scripts: the request's script, then `base` (the paper
+    memory's placeholders)."""
+
+    last_probs = None  # a script carries no probabilities
+
     def __init__(self, mem: "SimMemory", base):
         self.mem, self.base = mem, base
         self._script: Any = False  # False = not looked up yet; None = no script
+        self._slot = None
 
     def _lookup(self):
         core = self.mem.core
@@ -39,12 +46,20 @@ class _ScriptSampler:
                     return self.mem.scripts.get(s.task.id), s
         return None, None
 
-    def sample(self, i: int) -> int:
+    @property
+    def resolved(self) -> bool:
+        """Whether the request was looked up (its first `sample` or `script` call)."""
+        return self._script is not False
+
+    def script(self) -> tuple[np.ndarray | None, int]:
+        """The request's script (None: none) and how many tokens its slot has generated so far."""
         if self._script is False:
             self._script, self._slot = self._lookup()
-        sc = self._script
+        return self._script, (len(self._slot.generated) if self._slot is not None else 0)
+
+    def sample(self, i: int) -> int:
+        sc, k = self.script()
         if sc is not None:
-            k = len(self._slot.generated)
             if k < len(sc):
                 self.mem.base_sample(i)  # the same checks (logits requested for row i)
                 return int(sc[k])
@@ -78,9 +93,11 @@ class SimMemory(PaperMemory):
         return 0
 
     def sampler(self, *, temperature: float, seed: int, ignore_eos: bool, sampling=None, prompt=None):
+        """The paper memory's placeholders (or the script): the request's sampler settings change no
+        token on paper, so `sampling` and `prompt` are taken and not read."""
         base = super().sampler(temperature=temperature, seed=seed, ignore_eos=ignore_eos, sampling=sampling,
                                prompt=prompt)
-        return _ScriptSampler(self, base) if self.scripts else base
+        return ScriptSampler(self, base) if self.scripts else base
 
     def state_get(self, seq: int, **kw):
         out = super().state_get(seq, **kw)

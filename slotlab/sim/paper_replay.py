@@ -26,8 +26,8 @@ __all__ = ["paper_engine", "replay_on_paper", "recorded_outputs"]
 
 
 def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_bytes: int | None = None):
-    """An `Engine` on a `SimMemory` for llama-server `flags` (a list, string or ServerParams), with a
-    `PaperAllocator` bound to the engine's RAM cache (returned as `engine.allocator`)."""
+    """`(engine, allocator)`: an `Engine` on a `SimMemory` for llama-server `flags` (a list, string or
+    ServerParams), and the `PaperAllocator` of its RAM cache's blobs, bound to that cache."""
     from slotlab.engine.params import ServerParams
     from slotlab.engine.scheduler import Engine
 
@@ -38,8 +38,7 @@ def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_
     if eng.core.cache is not None:
         alloc.bind(eng.core.cache)  # peak / budget as the server's heap holds them (PaperAllocator.bind)
     mem.bind(eng.core)
-    eng.allocator = alloc
-    return eng
+    return eng, alloc
 
 
 def recorded_outputs(answers: dict | str | Path, vocab) -> list[np.ndarray | None]:
@@ -67,21 +66,17 @@ def replay_on_paper(trace: Trace, *, vocab=None, model=None, outputs: Sequence |
         tmp = tempfile.TemporaryDirectory(prefix="slotlab-slots-")
         flags += ["--slot-save-path", slot_save_path or tmp.name]
     install_files(trace, flags[flags.index("--slot-save-path") + 1])
-    eng = paper_engine(flags, vocab=vocab, profile=profile)
+    eng, _ = paper_engine(flags, vocab=vocab, profile=profile)
+    on_submit = None
     if outputs is not None:
-        mem, submit = eng.memory, eng.submit
-        it = iter([o for r, o in zip(trace.requests, outputs) if "action" not in r])
+        scripts = eng.memory.scripts
 
-        def scripted_submit(prompt, **kw):
-            t = submit(prompt, **kw)
-            o = next(it, None)
-            if o is not None and len(o):
-                mem.scripts[t.id] = np.asarray(o, dtype=np.int32)
-            return t
-
-        eng.submit = scripted_submit  # this engine only: replay() submits through it
+        def on_submit(i: int, task) -> None:  # a request's recorded generation, by its task's id
+            o = outputs[i] if i < len(outputs) else None
+            if task is not None and o is not None and len(o):
+                scripts[task.id] = np.asarray(o, dtype=np.int32)
     try:
-        out = replay(trace, engine=eng, progress=progress)
+        out = replay(trace, engine=eng, progress=progress, on_submit=on_submit)
     finally:
         if tmp is not None:
             tmp.cleanup()

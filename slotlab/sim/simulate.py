@@ -129,10 +129,10 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     if isinstance(flags, str):
         flags = flags.split()
     params = ServerParams.from_args(list(flags))
-    eng = paper_engine(params, vocab=vocab, profile=profile)
+    eng, alloc = paper_engine(params, vocab=vocab, profile=profile)
     if not keep_events:  # a bounded log: the report folds what it needs as the events happen
         eng.events.max_log, eng.events.trim_chunk = max_log, max(1, max_log // 50)
-    mem, core, alloc = eng.memory, eng.core, eng.allocator
+    mem, core = eng.memory, eng.core
     if speed.n_ubatch != mem.n_ubatch:
         speed = dataclasses.replace(speed, n_ubatch=mem.n_ubatch)
     reqs = trace.requests

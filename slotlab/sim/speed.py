@@ -178,7 +178,7 @@ def measure(model=None, *, sizes=SIZES, seqs=(2, 3, 4),
     rng = np.random.default_rng(seed)
     core = eng.core
     ck = getattr(core, "checkpoints", None)
-    tail = min(ck.offsets) if ck is not None and ck.gate(None) else 0  # the server's cut before a prompt's end
+    tail = min(ck.offsets) if ck is not None and ck.enabled else 0  # the server's cut before a prompt's end
     n_vocab = min(m.n_vocab, 32000)
     uniq = iter(range(1000, 10 ** 9))
 

@@ -5,30 +5,27 @@ paper memory: no model), in parallel (a `multiprocessing.Pool` of min(cores, run
 and compared in one table: prompt tokens reused and how much of the infinite-cache bound that is
 (Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
 names the best setting whose RAM cache stayed within N MiB (best = lowest `--objective`, default TTFT
-p50); `--html F` writes a plotly figure of the grid, `--png F` the same data as a static picture
-(slotlab.figures.whatif). `cache_timeline` follows one setting's RAM cache over simulated time.
+p50). `cache_timeline` follows one setting's RAM cache over simulated time. This module computes;
+the pictures of a grid (`--html`, `--png`) are slotlab.figures.whatif's.
 
 Other arguments are llama-server flags shared by every run (default: the trace's); a varied flag
 replaces the same flag there. The model is `--profile` (a JSON profile, a shipped name such as
 llama-3.1-8b, or a GGUF), the speed `--speed` JSON or `--prefill-tps` / `--gen-tps`.
 
-Usable without touching slotlab/cli.py as `python -m slotlab.sim.whatif ...`; `main(argv)` is the
-entry point a `slotlab whatif` subcommand calls."""
+The command line is `slotlab whatif` (slotlab.cli `cmd_whatif`)."""
 
 from __future__ import annotations
 
-import argparse
 import collections
 import itertools
-import json
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-__all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "write_html", "write_png", "CacheTimeline",
-           "cache_timeline", "main"]
+from slotlab.units import cache_ram_bytes
+
+__all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "CacheTimeline", "cache_timeline", "OBJECTIVES"]
 
 OBJECTIVES = {"ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "prefill": "tokens prefilled"}
 
@@ -198,47 +195,6 @@ def table_lines(runs: list[WhatIfRun]) -> list[str]:
     return out
 
 
-def write_html(runs: list[WhatIfRun], path, *, pick: WhatIfRun | None = None, budget_mib: float | None = None,
-               title: str = "slotlab whatif") -> None:
-    """A plotly figure: per setting, reuse vs the bound, tokens prefilled, peak RAM cache, TTFT p50 / p99."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    ok = [r for r in runs if r.error is None]
-    labels = [r.label for r in ok]
-    colors = ["#d62728" if pick is not None and r is pick else "#1f77b4" for r in ok]
-    fig = make_subplots(rows=2, cols=2, subplot_titles=("prompt tokens reused (% of prompt; line: infinite cache)",
-                                                        "tokens prefilled", "peak RAM cache (MiB)",
-                                                        "TTFT (s): p50 bars, p99 markers"))
-    fig.add_trace(go.Bar(x=labels, y=[100 * r.reuse for r in ok], marker_color=colors, name="reused %"), 1, 1)
-    if ok and ok[0].bound_tokens:
-        bound = 100 * ok[0].bound_tokens / ok[0].prompt_tokens
-        fig.add_trace(go.Scatter(x=labels, y=[bound] * len(ok), mode="lines", name="infinite-cache bound",
-                                 line=dict(dash="dash", color="gray")), 1, 1)
-    fig.add_trace(go.Bar(x=labels, y=[r.tokens_prefilled for r in ok], marker_color=colors, name="prefilled"), 1, 2)
-    fig.add_trace(go.Bar(x=labels, y=[r.peak_cache_bytes / 2**20 for r in ok], marker_color=colors, name="peak RAM"),
-                  2, 1)
-    if budget_mib is not None:
-        fig.add_trace(go.Scatter(x=labels, y=[budget_mib] * len(ok), mode="lines", name="budget",
-                                 line=dict(dash="dot", color="red")), 2, 1)
-    fig.add_trace(go.Bar(x=labels, y=[r.ttft_p50 for r in ok], marker_color=colors, name="TTFT p50"), 2, 2)
-    fig.add_trace(go.Scatter(x=labels, y=[r.ttft_p99 for r in ok], mode="markers", name="TTFT p99",
-                             marker=dict(symbol="diamond", color="black")), 2, 2)
-    sub = f"best within {budget_mib:g} MiB: {pick.label}" if pick is not None and budget_mib is not None else (
-        f"best: {pick.label}" if pick is not None else "")
-    fig.update_layout(title=f"{title}<br><sup>{sub}</sup>", showlegend=True, height=800)
-    fig.write_html(str(path), include_plotlyjs="cdn")
-
-
-def write_png(runs: list[WhatIfRun], path, *, pick: WhatIfRun | None = None, budget_mib: float | None = None,
-              title: str = "slotlab whatif") -> None:
-    """The grid as a static PNG (slotlab.figures.whatif.overview): the data `write_html` shows."""
-    from slotlab.figures import png
-    from slotlab.figures.whatif import overview
-
-    Path(path).write_bytes(png.to_png(overview(runs, pick=pick, budget_mib=budget_mib, title=title)))
-
-
 @dataclass
 class CacheTimeline:
     """The bytes one setting's RAM cache held over simulated time (`cache_timeline`)."""
@@ -290,7 +246,7 @@ def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None
     if len(at) != launches[0]:
         raise RuntimeError(f"{launches[0]} task launches for {len(at)} launched requests: cannot time the cache")
     cache_ram = res.engine.params.cache_ram
-    limit_bytes = cache_ram * 2**20 if cache_ram > 0 else None
+    limit_bytes = cache_ram_bytes(cache_ram) if cache_ram > 0 else None
     res.engine = None
     held, ts, hs, saves, evictions = 0, [], [], [], []
     size_of: dict[int, int] = {}  # entry id -> its bytes when cached (a loaded entry's are freed before its event)
@@ -307,78 +263,3 @@ def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None
         ts.append(t)
         hs.append(held)
     return CacheTimeline(label or " ".join(flags), list(flags), limit_bytes, ts, hs, saves, evictions, res.totals)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="slotlab whatif", description="Simulate a trace under a grid of llama-server "
-                                 "flag settings (paper memory, no model) and compare reuse, prefill, RAM and TTFT.",
-                                 epilog="Other arguments are llama-server flags shared by every run (default: the "
-                                 "trace's flags).")
-    ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl, or a slotlab trace .json "
-                                  "(with arrival / output per request)")
-    ap.add_argument("--vary", action="append", required=True, metavar='"FLAG V1,V2,..."',
-                    help='a flag and its values, e.g. --vary "--cache-ram 0,4096,16384" (repeatable: the grid is '
-                         "every combination)")
-    ap.add_argument("--budget-mib", type=float, help="RAM budget for the prompt cache: name the best setting whose "
-                                                     "peak RAM cache stays within it")
-    ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="ttft_p50",
-                    help="what 'best' minimizes (default ttft_p50)")
-    ap.add_argument("--html", help="write a plotly figure of the grid here")
-    ap.add_argument("--png", help="write the grid as a static picture (PNG) here")
-    ap.add_argument("--json", action="store_true", help="print the runs as JSON")
-    ap.add_argument("--profile", default=None, help="model profile: JSON, shipped name (llama-3.1-8b) or GGUF "
-                                                    "(default: the header of -m, or the embedded model)")
-    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
-    ap.add_argument("--prefill-tps", type=float, default=8000, help="prefill tokens/s (default 8000)")
-    ap.add_argument("--gen-tps", type=float, default=60, help="generation tokens/s of one sequence (default 60)")
-    ap.add_argument("--limit", type=int, help="only the first N requests")
-    ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
-    ap.add_argument("--jobs", type=int, help="parallel runs (default: min(cores, runs))")
-    args, base = ap.parse_known_args(argv)
-    from slotlab.sim.speed import SpeedModel
-
-    try:
-        varies = [parse_vary(v) for v in args.vary]
-    except ValueError as ex:
-        ap.error(str(ex))
-    speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
-             else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
-    from slotlab.sim.traces import trace_kind
-
-    if not base and trace_kind(args.trace) == "slotlab":
-        base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
-    n = 1
-    for _, vals in varies:
-        n *= len(vals)
-    tty = sys.stderr.isatty()
-
-    def progress(i, total):
-        if tty or i == total:
-            print(f"\rwhatif: {i}/{total} runs", end="\n" if i == total else "", file=sys.stderr, flush=True)
-
-    runs = run_grid(args.trace, base, varies, speed=speed, profile=args.profile, limit=args.limit,
-                    time_scale=args.time_scale, jobs=args.jobs, progress=progress)
-    pick = best(runs, args.budget_mib, args.objective)
-    if args.json:
-        print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None}, indent=1))
-    else:
-        print("\n".join(table_lines(runs)))
-        what = OBJECTIVES[args.objective]
-        if pick is None:
-            print(f"best: no setting fits{'' if args.budget_mib is None else f' within {args.budget_mib:g} MiB'}")
-        else:
-            within = "" if args.budget_mib is None else f" within {args.budget_mib:g} MiB of RAM cache"
-            print(f"best{within} (lowest {what}): {pick.label} — {what} {pick.value(args.objective):,.2f}, "
-                  f"peak RAM {pick.peak_cache_bytes / 2**20:.0f} MiB, reused {100 * pick.reuse:.1f} %")
-    if args.html:
-        write_html(runs, args.html, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
-        print(f"wrote {args.html}", file=sys.stderr)
-    if args.png:
-        write_png(runs, args.png, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
-        print(f"wrote {args.png}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

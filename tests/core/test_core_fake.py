@@ -251,3 +251,81 @@ def test_the_fake_is_a_memory_and_an_object_is_refused_by_name():
     check_memory(FakeMemory())
     with pytest.raises(TypeError, match="missing"):
         Engine("-np 1", memory=object())
+
+
+# ---------------------------------------------------------------- failure semantics (server-context.cpp:2711-2886)
+
+def _two_generating(e: Engine, n_predict: int = 12):
+    a = e.submit(SYS + "first question", n_predict=n_predict)
+    b = e.submit(SYS + "another one", n_predict=n_predict)
+    e.run_until(lambda: all(s.stats.n_gen >= 2 for s in e.slots))
+    assert {a.id_slot, b.id_slot} == {0, 1} and not (a.done or b.done)
+    return a, b
+
+
+def test_a_decode_that_raises_aborts_every_slot_and_the_next_request_is_served():
+    """An exception out of the decode phase: `abort_all_slots("decode() failed: ...")` (server_error,
+    500) for both tasks of the batch, the server's ERR line, and the loop keeps serving."""
+    e = eng("-np 2 -c 4096 --cache-ram 0")
+    a, b = _two_generating(e)
+    real = e.memory.decode
+
+    def broken(batch, off, n):
+        raise RuntimeError("the memory broke")
+
+    e.memory.decode = broken
+    seq0 = e.events.n_events
+    e.step()
+    e.memory.decode = real
+    for t in (a, b):
+        assert t.done and t.result is None
+        assert (t.error.code, t.error.type, t.error.message) == (500, "server_error", "decode() failed: the memory broke")
+    fail = [x for x in e.events.log if x.seq >= seq0 and x.kind == "phase_failed"]
+    assert [(x.level, x.message, x.data["phase"]) for x in fail] == [("ERR", "decode() failed: the memory broke", "decode")]
+    assert [x.task for x in e.events.log if x.seq >= seq0 and x.kind == "task_error"] == [s.task_prev.id for s in e.slots]  # slot order
+    assert not any(s.is_processing for s in e.slots)
+    r = run(e, SYS + "a third request", n_predict=5)
+    assert r["tokens_predicted"] == 5 and r["stop_type"] == "limit"
+
+
+def test_a_slot_that_raises_in_post_decode_is_released_and_the_other_slot_goes_on():
+    """`iterate`: the exception of one slot's sampler ends that task alone ("got exception: ..."); the
+    other task of the same batch finishes exactly as it does when nothing fails."""
+    ref = eng("-np 2 -c 4096 --cache-ram 0")
+    ra, rb = _two_generating(ref)
+    ref.run_until_idle()
+    e = eng("-np 2 -c 4096 --cache-ram 0")
+    a, b = _two_generating(e)
+
+    def broken(i):
+        raise ValueError("no logits for this row")
+
+    e.slots[a.id_slot].sampler.sample = broken
+    e.step()
+    assert a.done and a.error is not None and b.error is None and not b.done
+    assert (a.error.code, a.error.message) == (500, "got exception: no logits for this row")
+    exc = e.events.filter(["slot_exception"])
+    assert [(x.slot, x.level, x.message) for x in exc] == [(a.id_slot, "ERR", "got exception: no logits for this row")]
+    assert not e.events.filter(["phase_failed"])
+    e.run_until_idle()
+    assert b.result["content"] == rb.result["content"] and b.result["tokens_predicted"] == 12
+    assert run(e, SYS + "first question", n_predict=3)["tokens_predicted"] == 3
+
+
+def test_a_prompt_that_raises_in_pre_decode_ends_its_task_alone():
+    """A slot whose KV and tokens disagree (`pos_min == -1` with n_past > 0: a GGML_ABORT in the server,
+    an exception here) ends its own task in pre_decode; the slot generating beside it goes on."""
+    e = eng("-np 2 -c 4096 --cache-ram 0")
+    run(e, SYS + "the cached prefix", n_predict=2, id_slot=0)
+    b = e.submit(SYS + "another one", n_predict=8, id_slot=1)
+    e.run_until(lambda: e.slots[1].stats.n_gen >= 1)
+    real = e.memory.pos_min
+    e.memory.pos_min = lambda seq: -1 if seq == 0 else real(seq)
+    a = e.submit(SYS + "the cached prefix, continued", n_predict=4, id_slot=0)
+    e.run_until(lambda: a.done)
+    e.memory.pos_min = real
+    assert a.error is not None and a.error.message.startswith("got exception: pos_min == -1, but n_past = ")
+    assert b.error is None
+    e.run_until_idle()
+    assert b.result["tokens_predicted"] == 8
+    assert run(e, SYS + "the cached prefix, continued", n_predict=2, id_slot=0)["tokens_predicted"] == 2

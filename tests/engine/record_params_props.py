@@ -1,5 +1,5 @@
 """Record what the real llama-server reports as its request defaults for a few command lines, so
-tests/engine/test_params_table.py can check ServerParams.sampling_defaults() against it without the
+tests/engine/test_params_table.py can check slotlab.serve.defaults.sampling_defaults() against it without the
 binary.
 
     .venv/bin/python -m tests.engine.record_params_props    # needs `make llama-server`

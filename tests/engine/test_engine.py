@@ -142,12 +142,14 @@ def test_id_slot_wraps_like_the_server(engine):
 
 
 def test_dead_engine_thread_is_reported(engine):
+    """An exception outside `update_slots`' phases (here the task queue) ends the loop, as it ends
+    llama-server's: every waiting task gets the error and the engine refuses new work."""
     engine.start()
     engine.pause()
-    def broken_decode(*a):
-        raise RuntimeError("the memory broke")
+    def broken_pop(*a):
+        raise RuntimeError("the queue broke")
 
-    engine.memory.decode = broken_decode  # sabotage: the next decode crashes the loop
+    engine.core.tq.pop = broken_pop  # sabotage: the next process_new_tasks crashes the loop
     t = engine.submit(PROMPT, n_predict=2)
     engine.resume()
     with pytest.raises(Exception, match="engine stopped"):
@@ -155,6 +157,56 @@ def test_dead_engine_thread_is_reported(engine):
     with pytest.raises(EngineDied):
         engine.submit(PROMPT)
     assert t.state is TaskState.DONE
+
+
+def test_a_phase_that_raises_mid_batch_answers_its_tasks_with_the_servers_error(model):
+    """Two tasks generating in one batch on the real context; the decode of that batch raises: both
+    get `decode() failed: ...` (500, server_error), the events show the ERR lines, and the engine,
+    live, serves the next request with the same answer as a fresh engine gives. Then one slot's
+    sampler raises in post_decode: only its task ends ("got exception: ..."), the other finishes."""
+    flags = ["-np", "2", "-c", "2048", "--swa-full", "--cache-ram", "0"]
+    e = Engine(flags, model=model)
+    a = e.submit(PROMPT, n_predict=16, ignore_eos=True)
+    b = e.submit("A different prompt about the sea", n_predict=16, ignore_eos=True)
+    e.run_until(lambda: all(s.stats.n_gen >= 2 for s in e.slots))
+    real = e.memory.decode
+
+    def broken(batch, off, n):
+        raise RuntimeError("the memory broke")
+
+    e.memory.decode = broken
+    seq0 = e.events.n_events
+    e.step()
+    e.memory.decode = real
+    for t in (a, b):
+        assert t.done and t.result is None
+        assert (t.error.code, t.error.type, t.error.message) == (500, "server_error", "decode() failed: the memory broke")
+    failed = [x for x in e.events.log if x.seq >= seq0 and x.level == "ERR"]
+    assert [x.kind for x in failed] == ["phase_failed", "task_error", "task_error"]
+    assert failed[0].message == "decode() failed: the memory broke"
+    e.start()  # the live loop keeps serving
+    c = e.submit("Q: name three rivers.", n_predict=6, cache_prompt=False)  # computed as on a fresh engine
+    c.wait(60)
+    e.stop()
+    fresh = Engine(flags, model=model)
+    f = fresh.submit("Q: name three rivers.", n_predict=6, cache_prompt=False)
+    fresh.run_until(lambda: f.done)
+    assert c.error is None and c.result["content"] == f.result["content"] and c.result["tokens_predicted"] == 6
+    # one slot's part of post_decode raises: `iterate` ends that task alone
+    a = e.submit(PROMPT + " Again.", n_predict=12, ignore_eos=True)
+    b = e.submit("A different prompt about the sea", n_predict=12, ignore_eos=True)
+    e.run_until(lambda: all(s.stats.n_gen >= 1 for s in e.slots))
+
+    def no_logits(i):
+        raise ValueError("no logits for this row")
+
+    e.slots[a.id_slot].sampler.sample = no_logits
+    e.run_until_idle()
+    assert (a.error.code, a.error.message) == (500, "got exception: no logits for this row")
+    assert b.error is None and b.result["tokens_predicted"] == 12
+    assert [x.slot for x in e.events.filter(["slot_exception"])] == [a.id_slot]
+    e.close()
+    fresh.close()
 
 
 def test_kv_pressure_halves_the_batch_when_nothing_idle_can_be_purged(model):

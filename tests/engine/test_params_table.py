@@ -18,7 +18,9 @@ import pytest
 
 from slotlab.engine import arg_values as V
 from slotlab.engine.flag_classes import MODEL_SOURCE, SPEED, UNMODELLED
-from slotlab.engine.params import (FLAGS, OPTIONS, REQUEST_FIELDS, SAMPLING_REQUEST_KEYS, TABLE, ServerParams)
+from slotlab.engine.flags import FLAGS, OPTIONS, TABLE
+from slotlab.engine.params import ServerParams
+from slotlab.serve.defaults import REQUEST_FIELDS, SAMPLING_REQUEST_KEYS, sampling_defaults
 from slotlab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,7 +248,7 @@ def test_bad_values_name_the_flag(args, message):
 
 def test_sampling_defaults_are_the_tables_defaults():
     """Each request default with no flag is the common_params default the generator read from common.h."""
-    d = ServerParams().sampling_defaults()
+    d = sampling_defaults(ServerParams())
     by_field = {o.field: o for o in TABLE if o.field}
     checked = 0
     for fld, req in REQUEST_FIELDS.items():
@@ -262,7 +264,7 @@ def test_sampling_defaults_are_the_tables_defaults():
 @pytest.mark.parametrize("case", json.loads(PROPS.read_text()), ids=lambda c: " ".join(c["flags"])[:40] or "none")
 def test_sampling_defaults_match_the_real_servers_props(case):
     """/props default_generation_settings.params as the real llama-server reported it for these flags."""
-    got = ServerParams.from_args(case["flags"]).sampling_defaults()
+    got = sampling_defaults(ServerParams.from_args(case["flags"]))
     want = case["params"]
     keys = SAMPLING_REQUEST_KEYS & set(want)
     assert len(keys) >= 25
@@ -272,7 +274,7 @@ def test_sampling_defaults_match_the_real_servers_props(case):
 def test_model_metadata_fills_what_the_flags_left():
     meta = {"general.sampling.temp": "0.6", "general.sampling.top_k": 20, "general.sampling.top_p": "junk",
             "general.sampling.sequence": "top_k;temp"}
-    d = ServerParams.from_args(["--top-k", "5"]).sampling_defaults(meta)
+    d = sampling_defaults(ServerParams.from_args(["--top-k", "5"]), meta)
     assert (d["temperature"], d["top_k"], d["top_p"], d["samplers"]) == (V.f32(0.6), 5, V.f32(0.95),
                                                                          ["top_k", "temperature"])
 

@@ -8,7 +8,8 @@ import pytest
 from slotlab.figures import png
 from slotlab.figures.whatif import cache_over_time, labels_of, overview, sweep
 from slotlab.sim.speed import SpeedModel
-from slotlab.sim.whatif import WhatIfRun, best, cache_timeline, main, run_grid
+from slotlab.cli import cmd_whatif as main
+from slotlab.sim.whatif import WhatIfRun, best, cache_timeline, run_grid
 
 DATA = Path(__file__).resolve().parents[1] / "sim" / "data" / "mooncake_conversation_first500.jsonl"
 SPEED = SpeedModel.from_rates(8000, 60)

@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from slotlab.sim.speed import SpeedModel
-from slotlab.sim.whatif import best, grid, main, parse_vary, run_grid
+from slotlab.cli import cmd_whatif as main
+from slotlab.sim.whatif import best, grid, parse_vary, run_grid
 
 DATA = Path(__file__).resolve().parent / "data" / "mooncake_conversation_first500.jsonl"
 
