@@ -343,11 +343,12 @@ def cmd_proxy(argv: list[str]) -> int:
     ap.add_argument("--upstream", required=True, help="the server: http://HOST:PORT (or https://...)")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
-    ap.add_argument("--record", help="write the trace here (kept current while the proxy runs)")
+    ap.add_argument("--record", help="write the trace here (kept current while the proxy runs); a .jsonl path "
+                    "gets the chat calls as a session log (messages, tools, the reply as generated, arrival times)")
     ap.add_argument("--flags", default="", help="the upstream server's flags, written into the trace "
                                                 "(e.g. \"-np 4 -c 8192\"); the proxy cannot see them")
-    ap.add_argument("--sim-fields", action="store_true", help="also write each request's arrival time and generated "
-                    "token ids (`arrival`, `output`) for slotlab simulate (slotlab replay does not read them yet)")
+    ap.add_argument("--sim-fields", action="store_true", help="also write each request's generated token ids "
+                    "(`output`) for slotlab simulate (arrival times are always written)")
     args = ap.parse_args(argv)
     import shlex
     import signal

@@ -82,6 +82,8 @@ def simulate_main(argv: list[str]) -> int:
     if args.events and res.engine is not None:
         res.engine.events.to_jsonl(args.events)
     doc = res.as_json()
+    if getattr(trace, "notes", None):
+        doc["notes"] = list(trace.notes)
     if why is not None:
         doc.update(why.report(trace, vocab, res.engine))
     if args.json:

@@ -381,7 +381,7 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
     if not isinstance(data, dict) or not isinstance(data.get("requests", []), list):
         raise TraceError(f"{p}: a slotlab trace is a JSON object with a \"requests\" array")
     flags = list(data.get("flags", []))
-    reqs, notes = [], []
+    reqs, notes, missing = [], [], []
     for i, r in enumerate(data.get("requests", [])):
         if not isinstance(r, dict):
             raise TraceError(f"{p}, request {i}: expected an object")
@@ -394,11 +394,26 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
         if "prompt" not in r:
             raise TraceError(f"{p}, request {i}, field 'prompt': missing")
         prompt = r["prompt"]
+        call = None
+        if "messages" in r:  # a chat call as a recording proxy keeps it (slotlab.conversation reads it)
+            from slotlab.conversation import calls_of_trace
+
+            call = calls_of_trace([r], str(p))[0]
+            call.request = i
+        if "arrival" not in r:
+            missing.append(i)
         reqs.append(SimRequest(arrival=float(r.get("arrival", 0.0)) * time_scale,
                                n_prompt=-1 if isinstance(prompt, str) else len(prompt),
-                               n_predict=int(r.get("n_predict", -1)), prompt=prompt, output=out, fields=extra))
+                               n_predict=int(r.get("n_predict", -1)), prompt=prompt, output=out, fields=extra,
+                               session=None if call is None else call.session, call=call))
         if limit and len(reqs) >= limit:
             break
+    if missing:  # say what is assumed: a simulation's queueing figures rest on the arrivals
+        n = len(missing)
+        notes.append(f"{n} of {len(reqs)} requests have no \"arrival\": they are assumed to arrive at 0 s, all at "
+                     "once, in trace order (the queue waits and TTFTs below are those of a burst; record with "
+                     "slotlab proxy --record, which writes each request's arrival)" if n == len(reqs) else
+                     f"{n} of {len(reqs)} requests have no \"arrival\" (first: request {missing[0]}): assumed at 0 s")
     reqs.sort(key=lambda q: q.arrival)
     return SimTrace(flags, reqs, str(p), notes)
 
