@@ -49,10 +49,8 @@ class Diagnosis:
 
     def lines(self) -> list[str]:
         out = []
-        for i, m in self.misses:
-            b = self.best(i)
-            tail = f"; with {' '.join(b.flags)} it reuses {b.cache_n} ({b.saved} more)" if b is not None else ""
-            out.append(f"#{i} {m.line()}{tail}")
+        for i, m in self.misses:  # the line carries each confirmed flag with what it saved
+            out.append(f"#{i} {m.line()}")
         for c in self.client_changes:
             out.append(c.line())
         tot = ", ".join(f"{c} {n}" for c, n in sorted(self.lost_by_cause.items(), key=lambda kv: -kv[1]))

@@ -387,9 +387,11 @@ class Recorder:
                 continue
             sid = r.get("session_id")
             if sid is None:
+                from slotlab.conversation import _same
+
                 for c in reversed(convs):
                     k = len(c["messages"])
-                    if r["messages"][:k] == c["messages"]:
+                    if len(r["messages"]) >= k and all(_same(x, y) for x, y in zip(r["messages"], c["messages"])):
                         sid = c["session_id"]
                         break
                 sid = sid if sid is not None else f"conversation-{len(convs)}"

@@ -15,10 +15,10 @@ def test_the_why_line_carries_the_cause_and_the_untested_flag():
         e.run_until(lambda: t.done)
     st = PanelState.from_bus(e.events)
     task, slot, line = st.why[-1]
-    # a live panel has no trace to replay: the flag is offered untested, and only because its precondition
-    # (an SWA model without --swa-full) holds in the events
+    # a live panel has no trace to replay: a flag is offered untested, and only where its precondition
     assert task == 1 and "MISSED" in line and "no checkpoint was at or before it" in line
-    assert "(untested: try --swa-full" in line and "checkpoint-min-step" not in line
+    # (an SWA model without --swa-full; checkpoints switched off) holds in the events
+    assert "(untested: try --ctx-checkpoints 32, or --swa-full)" in line and "checkpoint-min-step" not in line
     assert [m.cause for m in st.misses] == ["no_checkpoint"] and st.slots[0].why == line
     ev = [x for x in e.events.log if x.kind == "request_miss"]  # the cause as data, in the event log
     assert len(ev) == 1 and ev[0].task == 1 and ev[0].data["cause"] == "no_checkpoint" and "--swa-full" in ev[0].data["suggest"]
