@@ -113,8 +113,10 @@ def cmd_replay(argv: list[str]) -> int:
     ap.add_argument("--events", help="also write every engine event as JSON lines to this file")
     ap.add_argument("--why", action="store_true", help="explain every miss (a request that reused less than the "
                     "server held for it): where the prompt differed, which mechanism lost the rest, and the flag "
-                    "change that would have saved it, tried by replaying the trace up to that request")
-    ap.add_argument("--max-misses", type=int, default=5, help="with --why: how many misses get counterfactuals")
+                    "changes that would have saved it: every one that acts on the mechanism is tried by replaying "
+                    "the trace up to that request, and only those that reused more are suggested, best first")
+    ap.add_argument("--max-misses", type=int, default=20, help="with --why: how many misses get counterfactuals "
+                    "(a miss past them gets no flag advice: nothing confirmed it)")
     ap.add_argument("--memory", choices=("real", "paper"), default="real", help="paper: the paper memory (sizes "
                     "from the GGUF header, nothing decoded, placeholder tokens generated; the model is loaded for "
                     "its vocabulary only)")
@@ -132,9 +134,16 @@ def cmd_replay(argv: list[str]) -> int:
             if tty or i == n else None
 
     if args.why:
-        from slotlab.counterfactual import diagnose_trace
+        from slotlab.counterfactual import diagnose_trace, paper_replayer
 
-        diag = diagnose_trace(trace, max_misses=args.max_misses,
+        replayer = None
+        if args.memory == "paper":  # the counterfactuals on the paper memory too: fast, nothing decoded
+            from slotlab.engine.params import ServerParams
+            from slotlab.engine.replay import resolve_flags
+            from slotlab.llama import Model
+
+            replayer = paper_replayer(trace, vocab=Model(ServerParams.from_args(resolve_flags(trace.flags)).model))
+        diag = diagnose_trace(trace, max_misses=args.max_misses, replayer=replayer,
                               progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         if args.json:
             print(json.dumps(diag.as_json(), indent=1, ensure_ascii=False))
@@ -142,8 +151,6 @@ def cmd_replay(argv: list[str]) -> int:
             print("\n".join(diag.lines()))
         return 0
     if args.memory == "paper":
-        if args.why:
-            raise SlotlabError("--why replays on the real model: drop --memory paper")
         from slotlab.engine.params import ServerParams
         from slotlab.engine.replay import resolve_flags
         from slotlab.llama import Model
@@ -336,11 +343,12 @@ def cmd_proxy(argv: list[str]) -> int:
     ap.add_argument("--upstream", required=True, help="the server: http://HOST:PORT (or https://...)")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
-    ap.add_argument("--record", help="write the trace here (kept current while the proxy runs)")
+    ap.add_argument("--record", help="write the trace here (kept current while the proxy runs); a .jsonl path "
+                    "gets the chat calls as a session log (messages, tools, the reply as generated, arrival times)")
     ap.add_argument("--flags", default="", help="the upstream server's flags, written into the trace "
                                                 "(e.g. \"-np 4 -c 8192\"); the proxy cannot see them")
-    ap.add_argument("--sim-fields", action="store_true", help="also write each request's arrival time and generated "
-                    "token ids (`arrival`, `output`) for slotlab simulate (slotlab replay does not read them yet)")
+    ap.add_argument("--sim-fields", action="store_true", help="also write each request's generated token ids "
+                    "(`output`) for slotlab simulate (arrival times are always written)")
     args = ap.parse_args(argv)
     import shlex
     import signal

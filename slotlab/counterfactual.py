@@ -1,10 +1,11 @@
 """What would have saved a miss: re-run the trace up to the missed request under a candidate flag
 change and measure what that request reuses then.
 
-`slotlab.explain` says which mechanism lost the tokens and names candidate flags for it (`Miss.suggest`);
-this module tries them for real — the same decisions on the same requests, on a fresh engine over any
-memory (the real model by default) — and keeps the smallest change that reuses more. A suggestion that
-is not a flag (e.g. "more slots") is skipped."""
+`slotlab.explain` says which mechanism lost the tokens and names every flag change that acts on it
+(`Miss.candidates`); this module tries them all for real — the same decisions on the same requests, on
+a fresh engine over any memory (the real model by default, the paper memory for speed: `paper_replayer`)
+— and `confirm` keeps as advice only the changes that reused more, best first, with the figure. A
+change that saved nothing is never suggested (it is listed in `tried`, with `saved` <= 0)."""
 
 from __future__ import annotations
 
@@ -36,18 +37,22 @@ class Diagnosis:
     misses: list[tuple[int, Miss]]  # (request index, miss)
     tried: dict[int, list[Counterfactual]] = field(default_factory=dict)
     lost_by_cause: dict[str, int] = field(default_factory=dict)
+    client_changes: list = field(default_factory=list)  # slotlab.conversation.ClientChange, when known
 
     def best(self, i: int) -> Counterfactual | None:
         good = [c for c in self.tried.get(i, []) if c.saved > 0]
         return max(good, key=lambda c: (c.saved, -len(c.flags)), default=None)
 
+    def dropped(self) -> list[tuple[int, Counterfactual]]:
+        """Every tried change that saved nothing: (request, change); none of them is suggested."""
+        return [(i, c) for i, cs in self.tried.items() for c in cs if c.saved <= 0]
+
     def lines(self) -> list[str]:
         out = []
-        for i, m in self.misses:
-            b = self.best(i)
-            tail = (f"; with {' '.join(b.flags)} it reuses {b.cache_n} ({b.saved} more)" if b is not None else
-                    "; no tried flag change saved tokens" if self.tried.get(i) else "")
-            out.append(f"#{i} {m.line()}{tail}")
+        for i, m in self.misses:  # the line carries each confirmed flag with what it saved
+            out.append(f"#{i} {m.line()}")
+        for c in self.client_changes:
+            out.append(c.line())
         tot = ", ".join(f"{c} {n}" for c, n in sorted(self.lost_by_cause.items(), key=lambda kv: -kv[1]))
         out.append(f"tokens lost by cause: {tot or 'none'}")
         return out
@@ -55,7 +60,26 @@ class Diagnosis:
     def as_json(self) -> dict:
         return {"misses": [{"request": i, **m.as_dict(), "tried": [c.as_dict() for c in self.tried.get(i, [])],
                             "best": None if self.best(i) is None else self.best(i).as_dict()} for i, m in self.misses],
-                "lost_by_cause": dict(self.lost_by_cause)}
+                "lost_by_cause": dict(self.lost_by_cause),
+                "client_changes": [c.as_dict() for c in self.client_changes]}
+
+
+def confirm(m: Miss, tried: list[Counterfactual], cost: dict | None = None) -> None:
+    """Set `m`'s advice from its counterfactuals: the flag changes that reused more, best first (most
+    tokens saved, then the fewest flags), then the advice that is not a flag; nothing else."""
+    good = sorted((c for c in tried if c.saved > 0), key=lambda c: (-c.saved, len(c.flags)))
+    flags = [" ".join(c.flags) for c in good]
+    m.suggest = [*dict.fromkeys(flags), *m.advice()]
+    m.saved = {" ".join(c.flags): c.saved for c in good}
+    m.cost = {f: v for f, v in (cost or {}).items() if f in m.saved}
+    m.untested = []
+    m.tested = True
+
+
+def untried(m: Miss, why: str) -> None:
+    """A miss whose candidates were not replayed: no flag change is suggested (none is confirmed)."""
+    m.untested = []
+    m.not_tried = why if m.candidates else ""
 
 
 def flag_change(suggestion: str) -> list[str] | None:
@@ -71,34 +95,109 @@ def request_tasks(out: dict) -> list[int | None]:
     return [None if t is None else t.id for t in out.get("tasks", [])]
 
 
-def diagnose_trace(trace: Trace, *, model=None, memory_factory: Callable | None = None, max_misses: int = 5,
-                   max_tries: int = 3, progress: Callable[[str], None] | None = None) -> Diagnosis:
-    """Replay `trace`, find its misses, and try up to `max_tries` suggested flag changes for each of the
-    first `max_misses` misses by replaying the trace up to that request with the change."""
-    out = replay(trace, model=model, memory_factory=memory_factory)
+def swa_full_cost(flags: list[str]) -> str | None:
+    """What --swa-full costs in memory for a command line: the window cache of each SWA layer grows
+    from `pad(n_swa * n_seq + n_ubatch, 256)` cells to the slot's whole context (llama.cpp's iSWA
+    cache sizes, as the paper memory builds them). None when the model's header cannot be read."""
+    try:
+        from slotlab.engine.params import ServerParams
+        from slotlab.memory.profile import ModelProfile, default_model_gguf, row_size
+
+        p = ServerParams.from_args(flags)
+        prof = ModelProfile.from_gguf(p.model or default_model_gguf())
+        if not prof.is_swa_model:
+            return None
+        n_seq, unified = p.n_slots, p.kv_unified_effective
+        n_ctx = p.n_ctx_requested or prof.n_ctx_train
+        n_ctx_seq = n_ctx if unified else n_ctx // max(1, n_seq)
+        n_stream = 1 if unified else n_seq
+        pad = lambda n: (n + 255) // 256 * 256  # noqa: E731
+        size_swa = pad(min(n_ctx_seq, prof.n_swa * (n_seq if unified else 1) + p.n_ubatch))
+        per_tok = sum(row_size(p.cache_type_k, prof.n_embd_k_gqa(il)) + (0 if prof.mla else
+                      row_size(p.cache_type_v, prof.n_embd_v_gqa(il))) for il in prof.layers(True))
+        extra = max(0, n_ctx_seq - size_swa) * per_tok * n_stream
+        return f"KV cache +{extra / 2**20:.1f} MiB: the window layers hold the whole context"
+    except Exception:  # noqa: BLE001 - a cost we cannot compute is left out, never guessed
+        return None
+
+
+def paper_replayer(trace: Trace, *, vocab, outputs=None) -> Callable[[Trace], dict]:
+    """A replayer on the paper memory (fast, nothing decoded): `outputs` (per request of `trace`, the
+    tokens it generated when recorded, e.g. `recorded_outputs`) scripts the generations of any prefix."""
+    from slotlab.sim.paper_replay import replay_on_paper
+
+    def run(t: Trace) -> dict:
+        return replay_on_paper(t, vocab=vocab, outputs=None if outputs is None else list(outputs)[:len(t.requests)])
+
+    return run
+
+
+def diagnose_trace(trace: Trace, *, model=None, memory_factory: Callable | None = None, max_misses: int = 20,
+                   max_tries: int = 6, progress: Callable[[str], None] | None = None,
+                   replayer: Callable[[Trace], dict] | None = None) -> Diagnosis:
+    """Replay `trace`, find its misses, and try every flag change that acts on each one's mechanism
+    (up to `max_tries`) for the first `max_misses` misses by replaying the trace up to that request with
+    the change; `confirm` then keeps only those that reused more. A miss past `max_misses` gets no flag
+    advice (nothing confirmed it). `replayer(trace) -> replay()'s dict` replaces the engine replay
+    (e.g. `paper_replayer`)."""
+    run = replayer or (lambda t: replay(t, model=model, memory_factory=memory_factory))
+    out = run(trace)
     eng = out["engine"]
     x = Explainer().fold(eng.events.replayable())
     ids = request_tasks(out)
     by_task = {m.task: m for m in x.misses}
     misses = [(i, by_task[t]) for i, t in enumerate(ids) if t is not None and t in by_task]
     diag = Diagnosis(misses, lost_by_cause=dict(x.lost_by_cause))
+    diag.client_changes = _client_changes(trace, eng)
     eng.close()
-    for i, m in misses[:max_misses]:
+    cost = {}
+    done: dict[tuple, Counterfactual] = {}
+    for n, (i, m) in enumerate(misses):
+        if n >= max_misses:
+            untried(m, f"past --max-misses {max_misses}")
+            continue
         tried = []
-        for s in m.suggest:
+        for s in m.candidates:
             fl = flag_change(s)
             if fl is None or len(tried) >= max_tries:
                 continue
-            if progress:
-                progress(f"request {i}: trying {' '.join(fl)}")
-            sub = Trace([*trace.flags, *fl], trace.requests[:i + 1], trace.path, trace.files)
-            try:
-                r = replay(sub, model=model, memory_factory=memory_factory)
-                r["engine"].close()
-                res = r["results"][i]
-                cn = res.get("cache_n")
-                tried.append(Counterfactual(fl, cn, (cn or 0) - m.n_past))
-            except Exception as ex:  # a change the engine refuses (e.g. a flag this memory cannot take)
-                tried.append(Counterfactual(fl, None, 0, f"{type(ex).__name__}: {ex}"))
+            if fl == ["--swa-full"] and s not in cost:
+                c = swa_full_cost(resolve_model_flags(trace.flags, model))
+                if c:
+                    cost[s] = c
+            key = (tuple(fl), i)
+            if key not in done:
+                if progress:
+                    progress(f"request {i}: trying {' '.join(fl)}")
+                sub = Trace([*trace.flags, *fl], trace.requests[:i + 1], trace.path, trace.files)
+                try:
+                    r = run(sub)
+                    r["engine"].close()
+                    res = r["results"][i]
+                    cn = res.get("cache_n")
+                    done[key] = Counterfactual(fl, cn, (cn or 0) - m.n_past)
+                except Exception as ex:  # a change the engine refuses (e.g. a flag this memory cannot take)
+                    done[key] = Counterfactual(fl, None, 0, f"{type(ex).__name__}: {ex}")
+            tried.append(done[key])
         diag.tried[i] = tried
+        confirm(m, tried, cost)
     return diag
+
+
+def _client_changes(trace: Trace, eng) -> list:
+    """The client's changes between the trace's chat calls (requests with `messages`), rendered through
+    the replayed model's chat template."""
+    from slotlab.conversation import Renderer, calls_of_trace, client_changes
+
+    calls = calls_of_trace(trace.requests, trace.path or "trace")
+    if len(calls) < 2:
+        return []
+    model = eng.model if eng.model is not None else getattr(eng.memory, "vocab", None)
+    return client_changes(calls, Renderer.of(model, eng.params))
+
+
+def resolve_model_flags(flags: list[str], model=None) -> list[str]:
+    """The trace's flags with the model the replay runs (for sizes read from its header)."""
+    if model is not None and "-m" not in flags and "--model" not in flags:
+        return [*flags, "-m", str(model.path)]
+    return list(flags)

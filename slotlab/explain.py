@@ -88,7 +88,14 @@ class Miss:
     """A request that reused fewer tokens than the server held for it, and why.
 
     `possible` is the longest common prefix with anything held at arrival (or dropped lately), capped
-    at n_prompt - 1 (the server always evaluates one token); `lost` = possible - n_past."""
+    at n_prompt - 1 (the server always evaluates one token); `lost` = possible - n_past.
+
+    Advice is never a guess presented as a fix. `candidates` are the flag changes that act on the
+    mechanism (what a counterfactual tries). `suggest` holds only flag changes a counterfactual
+    confirmed (`slotlab.counterfactual.confirm`: they reused more, best first, `saved` the tokens each
+    saved), then the advice that is not a flag (a request field, keeping the prompt stable).
+    `untested` holds, where no replay was possible (a live engine, a server's log), the candidates
+    whose precondition holds in what the events show; `line` marks them untested."""
 
     task: int
     slot: int
@@ -101,22 +108,128 @@ class Miss:
     where: str  # "slot 1", "entry #4"
     prompt_text: str = ""
     held_text: str = ""
-    suggest: list = field(default_factory=list)  # candidate flag changes, most specific first
+    suggest: list = field(default_factory=list)  # confirmed flag changes, best first, then other advice
+    untested: list = field(default_factory=list)  # flag changes whose precondition holds, not replayed
+    candidates: list = field(default_factory=list)  # every flag change that acts on the mechanism
+    tested: bool = False  # True once a counterfactual replay decided `suggest`
+    saved: dict = field(default_factory=dict)  # flag change -> tokens it saved (tested, > 0 only)
+    cost: dict = field(default_factory=dict)  # flag change -> what it costs (e.g. --swa-full: KV memory)
+    not_tried: str = ""  # why the flag changes were not tried (when a counterfactual skipped this miss)
+
+    def flags(self) -> list[str]:
+        """The confirmed flag changes (best first)."""
+        return [s for s in self.suggest if is_flag(s)]
+
+    def advice(self) -> list[str]:
+        """The shown suggestions that are not flag changes."""
+        return [s for s in self.suggest if not is_flag(s)]
+
+    def tip(self) -> str:
+        """The advice in a few words: tested flags with their figure, untested ones marked so."""
+        def fig(f):
+            c = f"; {self.cost[f]}" if f in self.cost else ""
+            return f"{f} (+{self.saved[f]} tokens reused{c})" if f in self.saved else (f"{f} ({self.cost[f]})" if c else f)
+        fl, adv = self.flags(), self.advice()
+        parts = []
+        if fl:
+            parts.append("try " + ", or ".join(fig(f) for f in fl[:3]))
+        elif self.untested and not self.tested:
+            parts.append("untested: try " + ", or ".join(fig(f) for f in self.untested[:3]))
+        elif self.tested and self.candidates:
+            parts.append("no flag change tried saved tokens")
+        elif self.not_tried:
+            parts.append(f"flag changes not tried ({self.not_tried})")
+        parts += adv[:1]
+        return "; ".join(parts)
 
     def line(self) -> str:
         diff = (f" (prompt {self.prompt_text!r} vs held {self.held_text!r})"
                 if self.prompt_text or self.held_text else "")
+        tip = self.tip()
         return (f"task {self.task}: {self.lost} of {self.possible} reusable tokens lost ({self.where}{diff}): "
-                f"{self.detail}" + (f" — try {self.suggest[0]}" if self.suggest else ""))
+                f"{self.detail}" + (f" — {tip}" if tip else ""))
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
+def is_flag(s: str) -> bool:
+    """A suggestion that is a server flag change (`--swa-full`, `-sps 0.59`), not advice in words."""
+    return s.startswith("-") and "(" not in s
+
+
+@dataclass
+class Evidence:
+    """What the events showed beyond one request's facts: the preconditions of untested advice."""
+
+    delimiters: bool = False  # a checkpoint at a user-message start (only message delimiters put one there)
+    too_close: int = 0  # checkpoints erased as too close to an earlier one (the -cms rule)
+    room: int = 0  # RAM entries evicted or not saved for want of room (bytes / tokens limits)
+
+
+def _candidates(cause: str, params: dict, ev: "Evidence", hist: dict, extra: dict) -> list[tuple[str, bool]]:
+    """The flag changes that act on the mechanism behind `cause`, each with whether its precondition
+    holds in what the events show (only those are shown untested; a counterfactual tries them all).
+
+    A flag appears only where it can change the mechanism at all: -cms only when it is not 0 already
+    (it spaces user-message checkpoints, which need message delimiters, and the too-close rule),
+    --swa-full only for an SWA model without it, --cache-ram only with a RAM cache that ran out of room
+    or none at all."""
+    out: list[tuple[str, bool]] = []
+    n_swa, cms = params.get("n_swa", 0) or 0, params.get("checkpoint_min_step", 0) or 0
+    cur = params.get("ctx_checkpoints")
+    cur = 32 if cur is None else cur
+    if cause in ("no_checkpoint", "checkpoint_early"):
+        fifo = hist.get("fifo", 0)
+        if cur == 0:
+            out.append(("--ctx-checkpoints 32", True))
+        else:
+            out += [(f"--ctx-checkpoints {n}", fifo > 0) for n in dict.fromkeys((2 * cur, max(32, 4 * cur)))]
+        if cms > 0:
+            out.append(("--checkpoint-min-step 0", ev.delimiters or ev.too_close > 0))
+        if n_swa > 0:
+            out.append(("--swa-full", True))
+    elif cause == "dropped":
+        reason, ram, n = extra.get("reason"), params.get("cache_ram", 0), params.get("n_slots") or 1
+        if reason in ("make_room", "byte_limit", "token_limit"):
+            if ram and ram > 0:
+                out.append((f"--cache-ram {2 * ram}", True))
+        elif reason == "overwritten":
+            by = extra.get("by") or {}
+            kept = by.get("how") == "lcp" and not by.get("update_cache")
+            if kept:
+                sps_up = min(0.99, round(by.get("f_sim", 0) + 0.01, 2))
+                out.append((" ".join([f"-sps {sps_up:.2f}", *([] if ram else ["--cache-ram 8192"])]), True))
+            if not ram:
+                out.append(("--cache-ram 8192", not kept))
+            out.append((f"-np {n + 1}", True))
+        elif reason in ("idle_clear", "purge"):
+            out.append((f"-np {n + 1}", True))
+            if not ram:
+                out.append(("--cache-ram 8192", True))
+            if reason == "purge" and params.get("kv_unified"):
+                out.append(("-no-kvu", True))
+        else:
+            if not ram:
+                out.append(("--cache-ram 8192", False))
+            out.append((f"-np {n + 1}", False))
+    elif cause == "threshold":
+        out.append((f"-sps {max(0.0, round(extra['f'] - 0.01, 2)):.2f}", True))
+    elif cause == "slot_kept":
+        out.append((f"-sps {extra['sps_up']:.2f}", True))
+        out.append((f"-np {(params.get('n_slots') or 1) + 1}", False))
+    elif cause == "two_axis":
+        ram = params.get("cache_ram", 0)
+        if ram and ram > 0:
+            out.append((f"--cache-ram {2 * ram}", ev.room > 0))
+    return out
+
+
 def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_history: dict | None = None,
-             params: dict | None = None, decisions: dict | None = None) -> Miss | None:
+             params: dict | None = None, decisions: dict | None = None, evidence: Evidence | None = None) -> Miss | None:
     """The cause of a miss from the two facts of a request (its `slot_decision` and `prompt_plan`),
-    or None when nothing the server held was lost."""
+    or None when nothing the server held was lost. `evidence` (what earlier events showed) decides
+    which flag changes are shown untested (`_candidates`)."""
     n_prompt, n_past = plan["n_prompt"], plan["n_past"]
     held, lost = dec.get("held"), dec.get("lost")
     h = held["lcp"] if held else 0
@@ -126,36 +239,33 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
     if n_past >= possible or possible <= 1:  # nothing lost, or only the BOS token in common
         return None
     params = params or {}
+    ev = evidence or Evidence()
     src = lost if lo > h and lo > n_past else held
     where = f"slot {src['id']}" if src["where"] == "slot" else f"entry #{src['id']}"
     miss = dict(task=task, slot=slot, n_prompt=n_prompt, n_past=n_past, possible=possible, lost=possible - n_past,
                 where=where, prompt_text=src.get("prompt_text", ""), held_text=src.get("held_text", ""))
+    hist = (ckpt_history or {}).get(slot, {})
 
-    def out(cause, detail, suggest=()):
-        return Miss(cause=cause, detail=detail, suggest=list(suggest), **miss)
+    def out(cause, detail, advice=(), **extra):
+        cands = _candidates(cause, params, ev, hist, extra)
+        return Miss(cause=cause, detail=detail, suggest=list(advice), untested=[f for f, ok in cands if ok],
+                    candidates=[f for f, _ in cands], **miss)
 
     if src is lost:
         what = "RAM entry" if lost["where"] == "entry" else "slot content"
-        sugg = ["--cache-ram " + str(2 * params["cache_ram"]) if params.get("cache_ram", 0) > 0 else "--cache-ram 8192"]
         if lost["reason"] == "overwritten":
             # who overwrote it, and why was it not saved first? A slot chosen by similarity with
             # f_keep >= 0.5 skips the RAM cache: only a higher -sps (LRU, which saves) would have kept it.
             by = (decisions or {}).get(lost.get("by_task"), {})
-            ram = [] if params.get("cache_ram") else ["--cache-ram 8192"]
-            sugg = []
             if by.get("how") == "lcp" and not by.get("update_cache"):
-                sps_up = min(0.99, round(by.get("f_sim", 0) + 0.01, 2))
-                sugg.append(" ".join([f"-sps {sps_up:.2f}", *ram]))
                 what = (f"slot content {where} with {lost['n_held']} tokens was overwritten by task {lost['by_task']}, "
                         f"which kept the slot (f_sim {by.get('f_sim', 0):.2f} > -sps, f_keep {by.get('f_keep') or 0:.2f}"
                         " >= 0.50) without saving it to the RAM cache")
-                return out("dropped", what, sugg + [f"-np {params.get('n_slots', 1) + 1}"])
-            sugg = ram + [f"-np {params.get('n_slots', 1) + 1}" if params.get("n_slots") else "more slots (-np)"]
-        elif lost["reason"] in ("idle_clear", "purge"):
-            sugg = ["-np " + str(params.get("n_slots", 1) + 1) if params.get("n_slots") else "--cache-ram 8192",
-                    *(["-kvu off (separate KV per slot)"] if lost["reason"] == "purge" else [])]
+                return out("dropped", what, reason="overwritten", by=by)
+            return out("dropped", f"{what} {where} with {lost['n_held']} tokens was dropped ({lost['reason']}, event "
+                                  f"{lost['seq']}) before this request", reason="overwritten", by=by)
         return out("dropped", f"{what} {where} with {lost['n_held']} tokens was dropped ({lost['reason']}, event "
-                              f"{lost['seq']}) before this request", sugg)
+                              f"{lost['seq']}) before this request", reason=lost["reason"])
     if not plan.get("cache_prompt", True):
         return out("cache_prompt_off", CAUSES["cache_prompt_off"], ["\"cache_prompt\": true"])
     chosen = f"slot {slot}"
@@ -171,7 +281,7 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
         f = held["lcp"] / max(1, n_prompt)
         return out("threshold", f"slot {held['id']} shared {held['lcp']}/{n_prompt} tokens (f_sim {f:.2f}, not above "
                                 f"-sps {sps:.2f}); {chosen} was chosen {'by LRU' if dec.get('how') == 'lru' else dec.get('how')}",
-                   [f"-sps {max(0.0, round(f - 0.01, 2)):.2f}"])
+                   f=f)
     if held["where"] == "entry" and not str(plan.get("origin", "")).endswith(f"#{held['id']}"):
         if dec.get("load") is False:
             return out("restore_failed", CAUSES["restore_failed"])
@@ -180,33 +290,20 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
             sps_up = min(0.99, round(dec.get("f_sim", 0) + 0.01, 2))
             return out("slot_kept", f"{chosen} kept its own prefix (f_keep {fk if fk is None else f'{fk:.2f}'} >= 0.50), "
                                     f"so the RAM cache, where {where} held {held['lcp']} tokens, was not searched",
-                       [f"-sps {sps_up:.2f}", f"-np {params.get('n_slots', 1) + 1}" if params.get("n_slots")
-                        else "more slots (-np)"])
+                       sps_up=sps_up)
         fk_e = held["lcp"] / max(1, held["n_held"])
         if fk_e < 0.25:
             return out("floor", f"{where} shares {held['lcp']} of its {held['n_held']} tokens (f_keep {fk_e:.2f} < 0.25)",
-                       ["shorter cached prompts (the floor is fixed)"])
+                       ["no flag moves the f_keep floor (0.25): the entry held much more than this prompt shares"])
         return out("two_axis", f"{where} (f_keep {fk_e:.2f}, f_sim {held['lcp'] / max(1, n_prompt):.2f}) did not beat the "
-                               "slot or an earlier entry on both axes", ["--cache-ram (a different FIFO order)"])
+                               "slot or an earlier entry on both axes")
     # the content was in the chosen slot (or was loaded into it): the prompt plan lost it
     ck = plan.get("checkpoints") or []
     if plan.get("ckpt") == "forced":
-        near = [c for c in ck if c[1] <= n_past] or ck
         nearest = f"; checkpoints at n_tokens {[c[2] for c in ck][-4:]}" if ck else "; the slot had no checkpoint"
-        hist = (ckpt_history or {}).get(slot, {})
-        sugg = []
-        if hist.get("fifo"):
-            cur = params.get("ctx_checkpoints") or 32
-            sugg += [f"--ctx-checkpoints {n}" for n in dict.fromkeys((2 * cur, max(32, 4 * cur)))]
-        if params.get("checkpoint_min_step", 0) > 0:
-            sugg.append("--checkpoint-min-step 0")
-        if params.get("n_swa", 0) > 0:
-            sugg.append("--swa-full")
-        if not sugg:
-            sugg.append("--ctx-checkpoints 64")
-        if ck and min(c[2] for c in ck) > possible:  # every checkpoint lies after the change: no flag can help
-            sugg.append(f"keep the prompt's first {possible} tokens stable: it changes right there")
-        del near
+        advice = []
+        if ck and min(c[2] for c in ck) > possible:  # every checkpoint lies after the change
+            advice.append(f"keep the prompt's first {possible} tokens stable: it changes right there")
         thold = plan.get("pos_min_thold")
         rule = (f"pos_min {plan['pos_min']} >= {thold}" if plan.get("pos_min") is not None and thold is not None
                 # a log prints the threshold (`checking checkpoint ... against T`), not pos_min
@@ -215,12 +312,11 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
         return out("no_checkpoint", f"the memory could not be cut back to {possible} ({rule}) and no checkpoint was at "
                                     f"or before it{nearest}"
                                     + (f"; {hist['fifo']} erased by the --ctx-checkpoints cap" if hist.get("fifo") else ""),
-                   sugg)
+                   advice)
     if plan.get("ckpt") == "restored":
         return out("checkpoint_early", f"the checkpoint restored ends at {n_past}, {possible - n_past} tokens before the "
                                        "divergence (the server checkpoints a few tokens before each prompt's end; "
-                                       "what follows, the generated reply included, is processed again)",
-                   ["--checkpoint-min-step 0", "a checkpoint per user message (message_delimiters)"])
+                                       "what follows, the generated reply included, is processed again)")
     return out("other", f"{CAUSES['other']} (how {dec.get('how')}, load {dec.get('load')})")
 
 
@@ -250,6 +346,8 @@ class Explainer:
         self.misses: collections.deque = collections.deque(maxlen=max_lines)
         self.lost_by_cause: collections.Counter = collections.Counter()  # tokens lost, whole run
         self.ckpt_history: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.evidence = Evidence()
+        self._plans: dict[int, tuple[int, int]] = {}  # task -> (n_past, n_prompt), for checkpoint positions
         self.unsubscribe = None  # set by attach()
 
     def apply(self, e) -> Explanation | None:
@@ -259,18 +357,30 @@ class Explainer:
             self.params = _params_of(d)
         elif k == "checkpoint_evict":
             self.ckpt_history[e.slot][d.get("reason", "?")] += 1
+            if d.get("reason") == "too_close":
+                self.evidence.too_close += 1
+        elif k == "checkpoint_created":
+            if not self.evidence.delimiters and e.task in self._plans:
+                self.evidence.delimiters = _user_start(d.get("n_tokens", -1), *self._plans[e.task], self.params)
+        elif k in ("cache_evict", "cache_skip_over_limit"):
+            if k == "cache_skip_over_limit" or d.get("reason") in ("make_room", "byte_limit", "token_limit"):
+                self.evidence.room += 1
         elif k == "slot_decision":
             self.decisions[e.task] = dict(d)
             if len(self.decisions) > 4096:  # bounded: only recent tasks can still be planned
                 self.decisions.pop(next(iter(self.decisions)))
         elif k == "prompt_plan":
             dec = self.decisions.get(e.task, {})
+            self._plans[e.task] = (d["n_past"], d["n_prompt"])
+            if len(self._plans) > 4096:
+                self._plans.pop(next(iter(self._plans)))
             x = Explanation(e.task, d["n_prompt"],
                             provenance(d["lcp"], d["n_past"], d["n_prompt"], d.get("ckpt"), d.get("origin", "slot"),
                                        d.get("shifts") or []),
                             d.get("divergence", -1), d.get("div_text", ""), why_line(e.slot, dec, d, self.sps))
             sps = dec.get("sps") if dec.get("sps") is not None else self.sps  # a log prints it per selection
-            x.miss = diagnose(e.slot, e.task, dec, d, sps, self.ckpt_history, self.params, self.decisions)
+            x.miss = diagnose(e.slot, e.task, dec, d, sps, self.ckpt_history, self.params, self.decisions,
+                              self.evidence)
             if x.miss is not None:
                 self.misses.append(x.miss)
                 self.lost_by_cause[x.miss.cause] += x.miss.lost
@@ -297,12 +407,24 @@ class Explainer:
         return None
 
 
+def _user_start(n_tokens: int, n_past: int, n_prompt: int, params: dict) -> bool:
+    """A checkpoint at `n_tokens` of a request that reused `n_past` of `n_prompt` tokens that no rule
+    but a user-message start explains (spec 4.2: without message spans checkpoints are taken only at
+    the start of a batch near the prompt's end: n_past, N - 4, N - (4 + n_ubatch), or a batch boundary
+    n_batch apart from n_past)."""
+    nb, nu = params.get("n_batch") or 2048, params.get("n_ubatch") or 512
+    tails = {n_past, n_prompt - min(nb, 4), n_prompt - min(nb, 4 + nu)}
+    return n_tokens > n_past and n_tokens not in tails and (n_tokens - n_past) % nb != 0
+
+
 def _params_of(init: dict) -> dict:
     """The flags a suggestion needs, from the `init` event (its `flags` are the server's command line)."""
-    out = {"n_slots": init.get("n_slots"), "n_swa": init.get("n_swa", 0), "cache_ram": init.get("cache_ram", 0)}
+    out = {"n_slots": init.get("n_slots"), "n_swa": init.get("n_swa", 0), "cache_ram": init.get("cache_ram", 0),
+           "kv_unified": init.get("kv_unified", False)}
     flags = list(init.get("flags") or [])
-    names = {"--ctx-checkpoints": "ctx_checkpoints", "-ctxcp": "ctx_checkpoints", "--checkpoint-min-step": "checkpoint_min_step",
-             "-cms": "checkpoint_min_step"}
+    names = {"--ctx-checkpoints": "ctx_checkpoints", "-ctxcp": "ctx_checkpoints", "--swa-checkpoints": "ctx_checkpoints",
+             "--checkpoint-min-step": "checkpoint_min_step", "-cms": "checkpoint_min_step",
+             "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
     for i, f in enumerate(flags[:-1]):
         if f in names:
             try:
@@ -310,7 +432,7 @@ def _params_of(init: dict) -> dict:
             except ValueError:
                 pass
     out.setdefault("ctx_checkpoints", 32)
-    out.setdefault("checkpoint_min_step", 0)
+    out.setdefault("checkpoint_min_step", 8192)  # the server's default (spec 4.2)
     return out
 
 
@@ -328,7 +450,7 @@ def attach(bus) -> "Explainer":
             m = r.miss
             bus.emit("request_miss", m.line(), level="INF", slot=m.slot, task=m.task, cause=m.cause, lost=m.lost,
                      possible=m.possible, n_past=m.n_past, n_prompt=m.n_prompt, where=m.where, detail=m.detail,
-                     prompt_text=m.prompt_text, held_text=m.held_text, suggest=list(m.suggest))
+                     prompt_text=m.prompt_text, held_text=m.held_text, suggest=[*m.untested, *m.suggest])
 
     x.unsubscribe = bus.subscribe(on_event)
     return x

@@ -16,7 +16,8 @@ This notebook replays three recorded scenarios on a tiny random-weight **qwen35*
 llama.cpp's own `test-llama-archs` wrote (tests/models/; the real llama-server made the same decisions
 on them: tests/golden/traces_tiny/). For each request that reused fewer tokens than the server held,
 `slotlab.counterfactual.diagnose_trace` says where the prompt changed, which mechanism lost the rest,
-and tries the suggested flag changes by replaying the trace up to that request. The tiny model's test
+and tries every flag change that acts on that mechanism by replaying the trace up to that request; it
+suggests only those that reused more, best first, with the figure — never a flag that saved nothing. The tiny model's test
 vocabulary renders text as odd pieces: the positions and counts are what matter here."""),
     code("""from pathlib import Path
 from slotlab.engine.replay import load_trace
@@ -41,7 +42,9 @@ eng.close()"""),
 Each turn appends the assistant's tool call and the tool's result. The slot holds the previous prompt
 *and* the reply it generated, but the recurrent state has moved past them: the server can only go back
 to a checkpoint, and it takes them a few tokens before each prompt's end (4 and `4 + n_ubatch`). So every
-turn loses the last few prompt tokens plus the reply — by design, and no flag moves that checkpoint."""),
+turn loses the last few prompt tokens plus the reply — by design, and no flag moves that checkpoint:
+each candidate (more checkpoints, `--checkpoint-min-step 0`) is tried and saves nothing, so none is
+suggested."""),
     code("""# not asserted: the prompt / held texts (pieces of the tiny model's test vocabulary, not figures)
 d1 = diagnose_trace(trace("hybrid_agent_loop"), max_misses=2)
 print("\\n".join(d1.lines()))
@@ -75,7 +78,8 @@ assert "checkpoints at n_tokens [25, 37, 42]" in d2.misses[1][1].detail
 first = d2.misses[0][1]
 assert first.cause == "no_checkpoint" and first.n_past == 0
 assert first.suggest[-1].startswith("keep the prompt's first")
-assert d2.best(d2.misses[0][0]) is None    # --ctx-checkpoints 64 saved nothing"""),
+assert d2.best(d2.misses[0][0]) is None    # more checkpoints, or -cms 0: tried, saved nothing
+assert not first.flags()                     # so no flag is suggested: only the client's fix"""),
     md("""## 3. Checkpoint spacing: `--ctx-checkpoints 2` with `--checkpoint-min-step 24`
 A long conversation with only two checkpoints: the oldest are erased (FIFO) as new ones come, so a
 branch back to an early turn finds none at or before it. The explanation names the erasures by the
@@ -89,7 +93,10 @@ capped = [(i, m) for i, m in d3.misses if m.cause == "no_checkpoint"]
 assert capped and "erased by the --ctx-checkpoints cap" in capped[0][1].detail
 assert "checkpoints at n_tokens [106, 107]; 7 erased" in capped[0][1].detail
 assert "checkpoints at n_tokens [56, 59]; 10 erased" in capped[1][1].detail
-assert capped[0][1].suggest[0] == "--ctx-checkpoints 4"
+assert capped[0][1].suggest[0] == "--ctx-checkpoints 32"   # best first; a cap of 4 and -cms 0 saved nothing
+assert {" ".join(c.flags): c.saved for c in d3.tried[capped[0][0]]} == {
+    "--ctx-checkpoints 4": 0, "--ctx-checkpoints 32": 42, "--checkpoint-min-step 0": 0}
+assert "--ctx-checkpoints 4" not in capped[0][1].suggest
 assert "pos_min 113 >= 58" in capped[0][1].detail
 assert [(d3.best(i).flags, d3.best(i).cache_n) for i, _ in capped] == [(["--ctx-checkpoints", "32"], 42),
                                                                       (["--ctx-checkpoints", "32"], 10)]
@@ -99,7 +106,8 @@ assert d3.lost_by_cause == {"checkpoint_early": 1, "no_checkpoint": 84}"""),
 113: it cannot be cut back). The two checkpoints the cap left were taken at n_tokens 106 and 107,
 after the branch point, so none can be restored and all 58 shared tokens are processed again; request
 #5 the same at 26. With `--ctx-checkpoints 32` the earlier checkpoints are not erased, and the replay
-reuses 42 and 10 tokens."""),
+reuses 42 and 10 tokens. A cap of 4 and `--checkpoint-min-step 0` were tried too and saved nothing, so
+they are not suggested."""),
     code("""png.image(miss_figure.requests_figure(d3.misses, title="hybrid_ctx_checkpoints_min_step: reused, lost, new"))"""),
     md("""The panel of the same trace replayed, after its last request (the picture the live panel draws):
 the slot holds two checkpoints — the cap — and the checkpoint marks show the earlier ones created

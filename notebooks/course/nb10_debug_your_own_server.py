@@ -23,9 +23,9 @@ cache entry). A log names no tokens, so what it can explain is what its numbers 
 | the server prints (`-lv 4`) | what it means | cause | the flag that changes it |
 |---|---|---|---|
 | `selected slot by LRU` after `lcp = L, ... f_sim ≤ thold` for another slot | a slot held `L` tokens but its similarity was not above `-sps` | `threshold` | a lower `-sps` |
-| `- looking for better prompt` / `- prompt with length N, lcp = L, f_keep, f_sim` | the RAM cache was searched; each entry's two ratios | `floor` (f_keep < 0.25) or `two_axis` (did not beat the best on both ratios) | shorter cached prompts; a different FIFO order (`--cache-ram`) |
-| `forcing full prompt re-processing due to lack of cache data` | SWA / recurrent memory cannot be cut back and no checkpoint was at or before the cut | `no_checkpoint` | `--swa-full`, `--ctx-checkpoints`, `--checkpoint-min-step` |
-| `restored context checkpoint (..., n_past = P)` with `P` below the common prefix | a checkpoint saved part of it; the rest is processed again | `checkpoint_early` | `--checkpoint-min-step 0`, message boundaries |
+| `- looking for better prompt` / `- prompt with length N, lcp = L, f_keep, f_sim` | the RAM cache was searched; each entry's two ratios | `floor` (f_keep < 0.25) or `two_axis` (did not beat the best on both ratios) | none moves the floor; a bigger `--cache-ram` only where entries were evicted for room |
+| `forcing full prompt re-processing due to lack of cache data` | SWA / recurrent memory cannot be cut back and no checkpoint was at or before the cut | `no_checkpoint` | `--swa-full` (an SWA model), `--ctx-checkpoints` (where the cap erased some) |
+| `restored context checkpoint (..., n_past = P)` with `P` below the common prefix | a checkpoint saved part of it; the rest is processed again | `checkpoint_early` | `--swa-full` (an SWA model); `--checkpoint-min-step` only where message delimiters put checkpoints at user messages |
 | `erased invalidated context checkpoint` | checkpoints after the cut are gone | (follows the two above) | — |
 | `- cache state: N prompts, X MiB (limits: ...)` | the RAM cache after an update: what it holds | — | `--cache-ram` |
 | `purging slot` / `failed to find free space in the KV cache` | KV pressure: a slot emptied for room | dropped (the engine sees it; a log shows no tokens) | `-np`, `-c`, `-kvu` |
@@ -33,7 +33,12 @@ cache entry). A log names no tokens, so what it can explain is what its numbers 
 The rule behind `no_checkpoint` (docs/server-behaviour.md 3.5): with SWA or recurrent memory, once
 the slot's oldest kept position `pos_min` is at or past `max(0, pos_next − n_swa)`, the memory cannot
 be cut back to `pos_next` at all; the server then looks for a checkpoint at or before the cut, and
-without one it starts again from token 0."""),
+without one it starts again from token 0.
+
+A log cannot be replayed, so the explanation offers a flag only where what the log shows meets the
+flag's precondition (`--swa-full` for an SWA model, `-cms` only with checkpoints at user messages,
+`--cache-ram` only where an entry was evicted for room) and marks it **untested**; `slotlab replay
+trace.json --why` on the recorded traffic tries every candidate and keeps only those that reuse more."""),
     code("""from pathlib import Path
 import collections
 from slotlab.watch.report import read, misses
@@ -59,7 +64,8 @@ server = lines_of(events, m.task, {"slot_sim", "slot_selected_by_lru", "prompt_s
 print("\\n".join(server))
 print("why:", m.line())
 assert server[0] == "- checking sim = 0.602 (127/211) > 0.900"
-assert m.cause == "threshold" and (m.possible, m.lost) == (127, 127) and m.suggest[0] == "-sps 0.59"
+assert m.cause == "threshold" and (m.possible, m.lost) == (127, 127) and m.untested[0] == "-sps 0.59"
+assert "untested: try -sps 0.59" in m.line()
 assert "f_sim 0.60, not above -sps 0.90" in m.detail"""),
     md("""## 2. `floor` and `two_axis`: the RAM cache held it, the search passed it by
 The search keeps an entry only if its `f_keep` (share of the entry reused) is at least 0.25 and it
@@ -145,15 +151,18 @@ assert total.most_common(1)[0][0] == "no_checkpoint\""""),
 1. Run it with `-lv 4 --log-file server.log` (`-lv 3` hides the similarity, cache and checkpoint
    lines; the reader then says what it cannot see).
 2. `slotlab watch --log server.log --why`: per request the slot, cached and prefilled tokens, then each
-   miss with its cause and a flag to try, and the tokens lost by cause. `--json` gives the same as data.
+   miss with its cause — a flag to try only where the log shows its precondition, marked untested —
+   and the tokens lost by cause. `--json` gives the same as data.
 3. Live: `slotlab watch -- llama-server ARGS... -lv 4` starts the server and prints each decision as it
    happens; `--twin` runs slotlab beside it and reports the first decision that differs.
 4. To try a flag on your traffic, record it (`slotlab proxy --upstream URL --record trace.json`) and
-   replay it: `slotlab replay trace.json --why` tries the suggested flags; `slotlab simulate` and
+   replay it: `slotlab replay trace.json --why` tries every flag that acts on each miss and suggests
+   only those that reused more, with the figure; `slotlab simulate` and
    `slotlab whatif` (notebook 08) answer the same question at production scale without a model.
 
 ## Try this
-1. Read `defaults_single_slot_checkpoints`: which flag does the explanation suggest, and why does it
-   not help the second miss?
+1. Read `defaults_single_slot_checkpoints`: which flag does the explanation offer untested, and what
+   does `slotlab replay tests/golden/traces/defaults_single_slot_checkpoints.json --why --memory paper`
+   find when it tries them?
 2. Strip the TRC / DBG lines from a log (what `-lv 3` prints) and read it again: which causes remain?"""),
 ]

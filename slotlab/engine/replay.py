@@ -20,7 +20,10 @@ from slotlab.errors import SlotlabError
 _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
                "wait": bool, "temperature": (int, float), "seed": int, "message_delimiters": list,
                # what `slotlab simulate` reads and a recording proxy writes; replay runs in order and ignores them
-               "arrival": (int, float), "output": list}
+               "arrival": (int, float), "output": list,
+               # a chat call as the client sent it (slotlab proxy --record): slotlab.conversation compares
+               # each with its conversation's previous one; replay runs the rendered `prompt`
+               "messages": list, "tools": list, "reply": (dict, str), "session_id": (str, int), "endpoint": str}
 _ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
 
 

@@ -151,16 +151,20 @@ def _spans(x, task: int, n_tokens: int, n_prompt: int) -> list:
 
 _SNAPSHOT_FIELDS = ("n_tokens", "n_prompt", "n_past", "prompt_n", "n_gen", "origin", "shifts", "checkpoints")
 #: the kinds the explainer folds (slot decisions, prompt plans, init for -sps)
-_EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVICT))
+#: (checkpoint creations, evictions and RAM-cache evictions are what untested advice's preconditions read)
+_EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVICT, T.CHECKPOINT_CREATED, T.CACHE_EVICT,
+                        T.CACHE_SKIP_OVER_LIMIT))
 #: the kinds `PanelState.apply` folds (every other kind only advances `last_seq`)
 _FOLDED = frozenset((T.INIT, T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_STATE,
-                     T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN) + T.CHECKPOINT_MARKS)
+                     T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN, T.CACHE_SKIP_OVER_LIMIT) + T.CHECKPOINT_MARKS)
 
 
 def why_text(x) -> str:
-    """A request's why line, with the cause of its miss when it reused less than the server held."""
+    """A request's why line, with the cause of its miss when it reused less than the server held. A live
+    panel has no trace to replay: its flag advice is the untested kind (`Miss.tip`: shown only where
+    the events show its precondition, and marked so)."""
     if x.miss is None:
         return x.why
     m = x.miss
-    tip = f" (try {m.suggest[0]})" if m.suggest else ""
+    tip = f" ({m.tip()})" if m.tip() else ""
     return f"{x.why}; MISSED {m.lost} reusable tokens at {m.where}: {m.detail}{tip}"

@@ -1,9 +1,19 @@
 """Record the traffic a `Proxy` forwards as a slotlab trace (`slotlab replay` / `simulate` input).
 
 `Recorder` is the proxy's tap: each request to a completion endpoint (`/completion`, `/completions`,
-`/v1/completions`, `/v1/chat/completions`, `/chat/completions`) or a slot action
-(`POST /slots/N?action=...`) becomes one trace request, in arrival order; the answer's bytes are kept
-(bounded) and parsed when it ends, plain JSON or Server-Sent Events alike.
+`/v1/completions`, `/v1/chat/completions`, `/chat/completions`, Anthropic's `/v1/messages`, OpenAI's
+`/v1/responses`) or a slot action (`POST /slots/N?action=...`) becomes one trace request, in arrival
+order; the answer's bytes are kept (bounded) and parsed when it ends, plain JSON or Server-Sent Events
+alike. Any other POST (count_tokens, tokenize, embeddings, ...) is listed in `recorder.not_calls` with
+why it is not a trace request: nothing is dropped silently.
+
+A chat call (the three chat APIs) also keeps what the client sent and what it got, which
+`slotlab.conversation` compares call by call: `messages` and `tools` in OpenAI's form (Anthropic and
+Responses bodies converted as llama-server converts them), `reply` (the assistant message as generated,
+streamed or not: content, reasoning_content, tool_calls), `endpoint`, and `session_id` where the client
+names its conversation (a session header such as Claude Code's `x-claude-code-session-id`, Anthropic's
+`metadata.user_id`, OpenAI's `user`). A `.jsonl` record path gets the chat calls as a session log
+(`Recorder.sessions`: the format `slotlab simulate` reads).
 
 The trace it writes is what `slotlab.engine.replay.parse_trace` reads today, plus top-level keys that
 parse_trace ignores:
@@ -27,9 +37,9 @@ parse_trace ignores:
   own endpoint), else rendered from `GET /props`' `chat_template` (slotlab serve); ChatML prompts get
   the ChatML message delimiters (checkpoints at messages, as slotlab serve sets them);
 * `wait: false` marks a request whose successor arrived before its answer was complete (concurrency);
-* `sim_fields=True` (`slotlab proxy --sim-fields`) also writes each request's `arrival` (seconds) and
-  `output` (the generated token ids, where the answer has them: `return_tokens`) into the request, which
-  `slotlab simulate` reads; `slotlab replay` refuses unknown request fields until it learns these two;
+* every request has its `arrival` (seconds since the recorder started): a simulation's queueing rests
+  on it; `sim_fields=True` (`slotlab proxy --sim-fields`) also writes `output` (the generated token ids,
+  where the answer has them: `return_tokens`), which `slotlab simulate` replays;
 * requests a trace cannot express (a token-id or multi-prompt `prompt`, `n > 1`, multimodal messages)
   and requests the server refused before running them (401, 403, 404, 405, 501; a 502 from the proxy)
   are listed in `recorder.skipped` with the reason, not written as requests."""
@@ -48,7 +58,20 @@ from pathlib import Path
 from typing import Callable
 
 COMPLETION = {"/completion": "completion", "/completions": "completion", "/v1/completions": "oai_text",
-              "/v1/chat/completions": "oai_chat", "/chat/completions": "oai_chat"}
+              "/v1/chat/completions": "oai_chat", "/chat/completions": "oai_chat",
+              "/v1/messages": "anthropic", "/v1/responses": "oai_responses", "/responses": "oai_responses"}
+#: the chat kinds: their calls carry messages (converted to OpenAI's form), tools and the reply
+CHAT_KINDS = frozenset(("oai_chat", "anthropic", "oai_responses"))
+#: POSTs that run nothing a trace replays (listed as skipped, with this reason, never dropped silently)
+NOT_CALLS = {"/tokenize": "tokenizing runs no completion", "/detokenize": "detokenizing runs no completion",
+             "/apply-template": "applying a template runs no completion",
+             "/v1/messages/count_tokens": "counting tokens runs no completion",
+             "/embedding": "embeddings are not modelled", "/embeddings": "embeddings are not modelled",
+             "/v1/embeddings": "embeddings are not modelled", "/infill": "infill prompts are not modelled",
+             "/rerank": "reranking is not modelled", "/v1/rerank": "reranking is not modelled"}
+#: headers that name the client's conversation (as kvprof reads them: Claude Code, OpenCode, generic)
+SESSION_HEADERS = ("x-claude-code-session-id", "x-opencode-session", "x-session-id", "x-session-affinity",
+                   "x-conversation-id")
 SLOT_ACTION = re.compile(r"^/slots/(-?\d+)$")
 #: bytes of an answer kept for parsing (beyond: the answer still passes, the record says it was cut)
 MAX_ANSWER = 16 << 20
@@ -90,6 +113,9 @@ class Record:
     prompt: str | None = None  # resolved chat prompt
     prompt_source: str = "request"
     skip: str | None = None  # why this request cannot be a trace request
+    session: str | None = None  # the conversation, from a session header or the body's metadata / user
+    chat: dict | None = None  # a chat call's body in OpenAI's form (messages, tools), once converted
+    reply: dict | None = None  # the assistant message as generated (content, reasoning, tool calls)
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -129,6 +155,7 @@ class Recorder:
         self._saver: threading.Thread | None = None
         self._template: tuple | None = None  # (source, bos) from /props, once asked
         self.problems: list[str] = []
+        self.ignored: list[dict] = []  # POSTs that are not calls (count_tokens, tokenize, ...), with why
 
     # ------------------------------------------------------------------ the tap
 
@@ -136,6 +163,13 @@ class Recorder:
         kind = COMPLETION.get(info.path)
         if kind is None and info.method == "POST" and SLOT_ACTION.match(info.path):
             kind = "action"
+        if kind is None and info.method == "POST":  # not a call a trace can hold: listed, never silently gone
+            with self._lock:
+                self.ignored.append({"t": round(info.t - self.t0, 6), "endpoint": info.path,
+                                     "reason": NOT_CALLS.get(info.path, "not a completion endpoint")})
+                del self.ignored[:-1000]
+            self._dirty.set()
+            return None
         if kind is None or info.method != "POST":
             return None
         try:
@@ -148,6 +182,8 @@ class Recorder:
             rec = Record(len(self.records), info.t - self.t0, kind, info.path, info.query,
                          body if isinstance(body, dict) else None, auth)
             rec.stream = bool(rec.body and rec.body.get("stream"))
+            rec.session = _session_of({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in info.headers},
+                                      rec.body)
             self.records.append(rec)
         return _Tap(self, rec)
 
@@ -195,7 +231,7 @@ class Recorder:
         if int(b.get("n", 1) or 1) != 1:
             rec.skip = "n > 1"
             return None
-        if rec.kind == "oai_chat":
+        if rec.kind in CHAT_KINDS:
             prompt = self._chat_prompt(rec)
             if prompt is None:
                 return None
@@ -225,17 +261,57 @@ class Recorder:
         r["temperature"] = temp if isinstance(temp, (int, float)) and not isinstance(temp, bool) else SERVER_TEMPERATURE
         if isinstance(b.get("message_delimiters"), list):
             r["message_delimiters"] = b["message_delimiters"]
-        elif rec.kind == "oai_chat" and "<|im_start|>" in prompt:
+        elif rec.kind in CHAT_KINDS and "<|im_start|>" in prompt:
             r["message_delimiters"] = [dict(d) for d in CHATML_DELIMITERS]
+        if rec.kind in CHAT_KINDS:  # the call as the client sent it (slotlab.conversation compares them)
+            r["endpoint"] = rec.path
+            r["messages"] = rec.chat["messages"]
+            if rec.chat.get("tools"):
+                r["tools"] = rec.chat["tools"]
+            if rec.reply is not None:
+                r["reply"] = rec.reply
+        elif rec.content is not None:
+            r["reply"] = rec.content
+        if rec.session is not None:
+            r["session_id"] = rec.session
         return r
+
+    def chat_body(self, rec: Record) -> dict | None:
+        """A chat call's body in OpenAI's chat form (Anthropic /v1/messages and /v1/responses converted as
+        llama-server converts them); None and `rec.skip` set when it cannot be."""
+        if rec.chat is not None:
+            return rec.chat
+        b = rec.body
+        try:
+            if rec.kind == "anthropic":
+                from slotlab.serve.anthropic import to_oai
+
+                b = to_oai(b)
+            elif rec.kind == "oai_responses":
+                from slotlab.serve.responses import to_chat
+
+                b = to_chat(b)
+        except Exception as exc:  # the server refuses such a body too; the record says why
+            rec.skip = f"the {rec.path} body could not be converted to chat messages: {type(exc).__name__}: {exc}"
+            return None
+        msgs = b.get("messages") if isinstance(b, dict) else None
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            rec.skip = "no chat messages"
+            return None
+        for m in msgs:
+            c = m.get("content")
+            if isinstance(c, list) and any(not isinstance(p, dict) or p.get("type") != "text" for p in c):
+                rec.skip = "chat messages with media (not text)"
+                return None
+        tools = b.get("tools")
+        rec.chat = {"messages": msgs, **({"tools": tools} if isinstance(tools, list) and tools else {})}
+        return rec.chat
 
     def _chat_prompt(self, rec: Record) -> str | None:
         if rec.prompt is not None:
             return rec.prompt
-        msgs = rec.body.get("messages")
-        if not isinstance(msgs, list) or not all(isinstance(m, dict) and isinstance(m.get("content", ""), str)
-                                                 for m in msgs):
-            rec.skip = "chat messages that are not plain text"
+        chat = self.chat_body(rec)
+        if chat is None:
             return None
         if self.upstream is None:
             rec.skip = "a chat request, and no upstream to apply its template"
@@ -243,7 +319,7 @@ class Recorder:
         try:
             import httpx
 
-            r = httpx.post(self.upstream + "/apply-template", json={"messages": msgs}, headers=rec.headers, timeout=30,
+            r = httpx.post(self.upstream + "/apply-template", json=chat, headers=rec.headers, timeout=30,
                            trust_env=False)
             if r.status_code == 200 and isinstance(r.json().get("prompt"), str):
                 rec.prompt, rec.prompt_source = r.json()["prompt"], "apply-template"
@@ -258,8 +334,8 @@ class Recorder:
             import jinja2
 
             env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-            rec.prompt = env.from_string(src).render(messages=msgs, add_generation_prompt=True, bos_token=bos,
-                                                     eos_token="")
+            rec.prompt = env.from_string(src).render(messages=chat["messages"], tools=chat.get("tools"),
+                                                     add_generation_prompt=True, bos_token=bos, eos_token="")
             rec.prompt_source = "props-template"
             return rec.prompt
         except Exception as exc:
@@ -282,25 +358,64 @@ class Recorder:
             nxt = items[i + 1][0] if i + 1 < len(items) else None
             if "action" not in r and nxt is not None and rec.t_done is not None and nxt.t < rec.t_done:
                 r["wait"] = False
-            if self.sim_fields and "action" not in r:
-                r["arrival"] = round(rec.t, 6)
-                if rec.tokens:
+            if "action" not in r:
+                r["arrival"] = round(rec.t, 6)  # always: simulate needs it, and a client's pauses are data
+                if self.sim_fields and rec.tokens:
                     r["output"] = list(rec.tokens)
             reqs.append(r)
             results.append(rec.result)
             recorded.append({"t": round(rec.t, 6), "t_done": round(rec.t_done or 0.0, 6), "endpoint": rec.path,
                              "stream": rec.stream, "status": rec.status, "cancelled": rec.cancelled,
                              "n_predicted": rec.n_predicted, "content": rec.content, "tokens": rec.tokens,
-                             "prompt_source": rec.prompt_source if rec.kind == "oai_chat" else "request",
+                             "prompt_source": rec.prompt_source if rec.kind in CHAT_KINDS else "request",
                              **({"answer_cut": True} if rec.cut else {})})
+        with self._lock:
+            ignored = list(self.ignored)
         return {"flags": list(self.flags), "requests": reqs, "results": results, "recorded": recorded,
-                "recorder": {"upstream": self.upstream, "skipped": skipped, "problems": list(self.problems[-20:])}}
+                "recorder": {"upstream": self.upstream, "skipped": skipped, "not_calls": ignored,
+                             "problems": list(self.problems[-20:])}}
+
+    def sessions(self) -> list[dict]:
+        """The chat calls as a session log (`slotlab simulate` reads it: slotlab.sim.traces): one line a
+        call with its `messages`, `tools`, the `reply` as generated, `timestamp` and `output_length`.
+        A call without a session header joins the conversation whose messages (and reply) it extends,
+        else starts a new one."""
+        tr = self.trace()
+        out, convs = [], []
+        for r in tr["requests"]:
+            if "messages" not in r:
+                continue
+            sid = r.get("session_id")
+            if sid is None:
+                from slotlab.conversation import _same
+
+                for c in reversed(convs):
+                    k = len(c["messages"])
+                    if len(r["messages"]) >= k and all(_same(x, y) for x, y in zip(r["messages"], c["messages"])):
+                        sid = c["session_id"]
+                        break
+                sid = sid if sid is not None else f"conversation-{len(convs)}"
+            line = {"session_id": sid, "timestamp": r["arrival"], "messages": r["messages"]}
+            if r.get("tools"):
+                line["tools"] = r["tools"]
+            if isinstance(r.get("reply"), dict):
+                line["reply"] = r["reply"]
+            line["output_length"] = max(0, r["n_predict"])
+            convs.append({"session_id": sid, "messages": [*r["messages"], *([r["reply"]] if r.get("reply") else [])]})
+            out.append(line)
+        return out
 
     def write(self, path: str | Path) -> int:
-        """Write the trace to `path` (a temporary file renamed over it); returns the number of requests."""
-        tr = self.trace()
+        """Write the trace to `path` (a temporary file renamed over it); returns the number of requests.
+        A `.jsonl` path gets the chat calls as a session log (`sessions`) instead."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
+        if path.suffix == ".jsonl":
+            lines = self.sessions()
+            tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+            os.replace(tmp, path)
+            return len(lines)
+        tr = self.trace()
         tmp.write_text(json.dumps(tr, indent=1, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
         return len(tr["requests"])
@@ -355,6 +470,7 @@ def parse_answer(rec: Record) -> None:
         return
     data = _decoded(rec) if rec.encoding in ("", "identity", "gzip", "deflate") else b""
     finals = []
+    events: list[dict] = []
     text = []
     toks: list = []
     ended = False  # the stream's last event came ([DONE], or the final /completion event)
@@ -375,6 +491,7 @@ def parse_answer(rec: Record) -> None:
             if not isinstance(obj, dict):
                 continue
             rec.n_chunks += 1
+            events.append(obj)
             if "error" in obj:
                 finals.append(obj)
                 continue
@@ -384,6 +501,8 @@ def parse_answer(rec: Record) -> None:
             if obj.get("stop") is True or "timings" in obj or obj.get("usage") or _finish(obj):
                 finals.append(obj)
             if rec.kind == "completion" and obj.get("stop") is True:
+                ended = True
+            if obj.get("type") in ("message_stop", "response.completed"):  # Anthropic's / Responses' last event
                 ended = True
         final = {}
         for f in finals:
@@ -412,9 +531,18 @@ def parse_answer(rec: Record) -> None:
         return
     timings = final.get("timings") or {}
     usage = final.get("usage") or {}
+    if rec.kind in CHAT_KINDS:
+        rec.reply = chat_reply(rec.kind, final, events)
+        if rec.reply is not None and rec.kind != "oai_chat":
+            rec.content = rec.reply["content"]
     rec.n_predicted = final.get("tokens_predicted", usage.get("completion_tokens", timings.get("predicted_n")))
     cache_n = timings.get("cache_n", (usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
     tokens_evaluated = final.get("tokens_evaluated", usage.get("prompt_tokens"))
+    if rec.kind in ("anthropic", "oai_responses"):
+        n_out, cached, n_in = _usage_of(rec.kind, final)
+        rec.n_predicted = rec.n_predicted if rec.n_predicted is not None else n_out
+        cache_n = cache_n if cache_n is not None else cached
+        tokens_evaluated = tokens_evaluated if tokens_evaluated is not None else n_in
     id_slot = final.get("id_slot")
     rec.result = {**empty, "id_slot": id_slot if isinstance(id_slot, int) and id_slot >= 0 else None,
                   "cache_n": cache_n, "prompt_n": timings.get("prompt_n"), "tokens_evaluated": tokens_evaluated,
@@ -439,3 +567,126 @@ def _piece(obj: dict, kind: str, whole: bool = False) -> tuple[str, list]:
         return str(c.get("text") or ""), []
     part = c.get("message" if whole else "delta") or {}
     return str(part.get("content") or "") if isinstance(part, dict) else "", []
+
+
+# ------------------------------------------------------------------------------------------- chat calls
+
+def _session_of(headers: dict, body: dict | None) -> str | None:
+    """The client's conversation id: a session header, else the body's `metadata.user_id` (Anthropic
+    clients) or `user` (OpenAI's), as kvprof reads them."""
+    for h in SESSION_HEADERS:
+        if headers.get(h):
+            return headers[h][:128]
+    if isinstance(body, dict):
+        md = body.get("metadata")
+        if isinstance(md, dict) and isinstance(md.get("user_id"), str) and md["user_id"]:
+            return md["user_id"][:128]
+        if isinstance(body.get("user"), str) and body["user"]:
+            return body["user"][:128]
+    return None
+
+
+def _tool_call(name, args, cid=None) -> dict:
+    return {"type": "function", "function": {"name": name or "", "arguments": args if isinstance(args, str)
+                                             else json.dumps(args, ensure_ascii=False)},
+            **({"id": cid} if cid else {})}
+
+
+def chat_reply(kind: str, final: dict, events: list[dict]) -> dict | None:
+    """The assistant message a chat call generated, in OpenAI's form (`content`, `reasoning_content`,
+    `tool_calls`), from the whole answer (`final`) or from its stream (`events`), for the three chat
+    APIs; None when the answer holds none."""
+    text, think, calls = [], [], {}
+    if kind == "oai_chat":
+        if not events:
+            ch = (final.get("choices") or [{}])[0] if isinstance(final.get("choices"), list) else {}
+            m = ch.get("message") if isinstance(ch, dict) else None
+            if not isinstance(m, dict):
+                return None
+            out = {"role": "assistant", "content": m.get("content") or ""}
+            if m.get("reasoning_content"):
+                out["reasoning_content"] = m["reasoning_content"]
+            if m.get("tool_calls"):
+                out["tool_calls"] = [_tool_call((t.get("function") or {}).get("name"),
+                                                (t.get("function") or {}).get("arguments", ""), t.get("id"))
+                                     for t in m["tool_calls"] if isinstance(t, dict)]
+            return out
+        for ev in events:
+            ch = ev.get("choices")
+            d = ch[0].get("delta") if isinstance(ch, list) and ch and isinstance(ch[0], dict) else None
+            if not isinstance(d, dict):
+                continue
+            text.append(d.get("content") or "")
+            think.append(d.get("reasoning_content") or "")
+            for t in d.get("tool_calls") or []:
+                c = calls.setdefault(t.get("index", len(calls)), {"name": "", "args": "", "id": None})
+                fn = t.get("function") or {}
+                c["name"] += fn.get("name") or ""
+                c["args"] += fn.get("arguments") or ""
+                c["id"] = c["id"] or t.get("id")
+    elif kind == "anthropic":
+        blocks = final.get("content") if not events else None
+        if isinstance(blocks, list):
+            for b in blocks:
+                if not isinstance(b, dict):
+                    continue
+                if b.get("type") == "text":
+                    text.append(b.get("text") or "")
+                elif b.get("type") == "thinking":
+                    think.append(b.get("thinking") or "")
+                elif b.get("type") == "tool_use":
+                    calls[len(calls)] = {"name": b.get("name"), "args": json.dumps(b.get("input") or {}),
+                                         "id": b.get("id")}
+        for ev in events:
+            t = ev.get("type")
+            if t == "content_block_start" and (ev.get("content_block") or {}).get("type") == "tool_use":
+                cb = ev["content_block"]
+                calls[ev.get("index", len(calls))] = {"name": cb.get("name"), "args": "", "id": cb.get("id")}
+            elif t == "content_block_delta":
+                d = ev.get("delta") or {}
+                if d.get("type") == "text_delta":
+                    text.append(d.get("text") or "")
+                elif d.get("type") == "thinking_delta":
+                    think.append(d.get("thinking") or "")
+                elif d.get("type") == "input_json_delta":
+                    calls.setdefault(ev.get("index", 0), {"name": "", "args": "", "id": None})["args"] += \
+                        d.get("partial_json") or ""
+    elif kind == "oai_responses":
+        items = (final.get("response") or final).get("output") if not events else None
+        for ev in events:
+            if ev.get("type") == "response.completed" and isinstance(ev.get("response"), dict):
+                items = ev["response"].get("output")
+        for it in items or []:
+            if not isinstance(it, dict):
+                continue
+            if it.get("type") == "message":
+                text += [p.get("text") or "" for p in it.get("content") or [] if isinstance(p, dict)]
+            elif it.get("type") == "reasoning":
+                think += [p.get("text") or "" for p in it.get("content") or it.get("summary") or []
+                          if isinstance(p, dict)]
+            elif it.get("type") == "function_call":
+                calls[len(calls)] = {"name": it.get("name"), "args": it.get("arguments") or "",
+                                     "id": it.get("call_id")}
+        if items is None:
+            text += [ev.get("delta") or "" for ev in events if ev.get("type") == "response.output_text.delta"]
+    else:
+        return None
+    out = {"role": "assistant", "content": "".join(text)}
+    if "".join(think):
+        out["reasoning_content"] = "".join(think)
+    if calls:
+        out["tool_calls"] = [_tool_call(c["name"], c["args"], c["id"]) for _, c in sorted(calls.items())]
+    return out
+
+
+def _usage_of(kind: str, final: dict) -> tuple:
+    """(n_predicted, cache_n, n_prompt) from a chat answer's usage, for the APIs whose answers carry no
+    llama-server `timings` (Anthropic: input_tokens excludes the cached ones; Responses: usage)."""
+    u = final.get("usage") or (final.get("response") or {}).get("usage") or {}
+    if kind == "anthropic":
+        cached = u.get("cache_read_input_tokens")
+        n_in = u.get("input_tokens")
+        return u.get("output_tokens"), cached, None if n_in is None else n_in + (cached or 0)
+    if kind == "oai_responses":
+        return u.get("output_tokens"), (u.get("input_tokens_details") or {}).get("cached_tokens"), u.get("input_tokens")
+    return None, None, None

@@ -106,6 +106,9 @@ def simulate_main(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--events", help="also write the events as JSON lines (keeps every event in memory)")
     ap.add_argument("--all", action="store_true", help="print every request (default: the first 50)")
+    ap.add_argument("--why", action="store_true", help="explain every miss (its cause; flag changes only where "
+                    "the events show their precondition, marked untested: `slotlab replay --why` tries them) and "
+                    "what the client changed between the calls of each conversation (session logs)")
     args, flags = ap.parse_known_args(argv)
     from slotlab.sim.simulate import progress_bar, simulate
     from slotlab.sim.speed import SpeedModel
@@ -128,46 +131,56 @@ def simulate_main(argv: list[str]) -> int:
         from slotlab.llama import Model
 
         vocab = Model(ServerParams.from_args(flags or trace.flags).model)
+    why = WhyFold() if args.why else None
     res = simulate(trace, flags or None, speed=speed, profile=resolve_profile(args.profile), vocab=vocab,
-                   progress=progress_bar(), keep_events=bool(args.events))
+                   progress=progress_bar(), keep_events=bool(args.events), listen=why.apply if why else None,
+                   fast=not args.why)  # --why: every task_queued, so task ids map to the trace's requests
     if args.events and res.engine is not None:
         res.engine.events.to_jsonl(args.events)
+    doc = res.as_json()
+    if getattr(trace, "notes", None):
+        doc["notes"] = list(trace.notes)
+    if why is not None:
+        doc.update(why.report(trace, vocab, res.engine))
     if args.json:
-        print(json.dumps(res.as_json(), indent=1))
+        print(json.dumps(doc, indent=1))
     else:
         print("\n".join(res.lines(limit=None if args.all else 50)))
+        if why is not None:
+            print("\n".join(why.lines))
     return 0
 
 
-def calibrate_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="slotlab calibrate", description="Time the model through slotlab's engine on "
-                                 "this machine (prompts of 1..512 tokens, a conversation 2k tokens deep, 1-4 sequences "
-                                 "generating) and fit the speed model `slotlab simulate --speed` uses.",
-                                 epilog="Other arguments are llama-server flags for the calibration engine (default: "
-                                        "the server's defaults with -c 4096).")
-    ap.add_argument("-m", "--model", help="GGUF (default: the embedded model)")
-    ap.add_argument("-t", "--threads", type=int, help="threads (default: the core count)")
-    ap.add_argument("-o", "--output", help="write the speed model JSON here")
-    ap.add_argument("--repeats", type=int, default=5, help="requests of each kind (default 5)")
-    ap.add_argument("--measurements", help="also write every recorded step as JSON here")
-    args, flags = ap.parse_known_args(argv)
-    from slotlab.sim.speed import calibrate
+class WhyFold:
+    """`simulate --why`: the engine's own explainer (attached before its first event) read after the run,
+    each miss mapped to its request (with --why every task_queued is emitted, in arrival order)."""
 
-    speed, meas = calibrate(args.model, n_threads=args.threads, repeats=args.repeats, flags=flags)
-    for n, t in meas["table"]:
-        print(f"decode of {n:4d} tokens (one sequence): {1e3 * t:9.2f} ms  (the model's step around it: "
-              f"{1e3 * speed.decode_time(n, 0):.2f} ms)")
-    if meas.get("step"):
-        print(f"engine generation step:                {1e3 * meas['step'][1]:9.2f} ms  (model "
-              f"{1e3 * speed.decode_time(1, 1, 40, 40):9.2f} ms)")
-    for k, t in meas["seqs"]:
-        print(f"engine step, {k} sequences generating:  {1e3 * t:9.2f} ms  (model "
-              f"{1e3 * speed.decode_time(k, k, 40 * k, 40 * k):9.2f} ms)")
-    if meas.get("copy"):
-        print(f"state copies: {meas['copy'][0] / 1e6:.1f} MB in {1e3 * meas['copy'][1]:.1f} ms")
-    print(f"speed model: {speed.source}; prefill {speed.prefill_rate():.0f} tok/s, generation {speed.gen_rate():.1f} tok/s")
-    if args.output:
-        Path(args.output).write_text(speed.to_json())
-    if args.measurements:
-        Path(args.measurements).write_text(json.dumps(meas) + "\n")
-    return 0
+    def __init__(self):
+        self.order: dict[int, int] = {}
+        self.lines: list[str] = []
+
+    def apply(self, e) -> None:
+        if e.kind == "task_queued" and e.task not in self.order:
+            self.order[e.task] = len(self.order)
+
+    def report(self, trace, vocab, engine) -> dict:
+        from slotlab.conversation import Renderer, client_changes
+
+        x = engine.explainer
+        reqs = trace.requests
+        index = [q.call.request if getattr(q, "call", None) is not None else i for i, q in enumerate(reqs)]
+        misses = [(index[self.order[m.task]] if self.order.get(m.task, len(index)) < len(index) else -1, m)
+                  for m in x.misses]
+        calls = sorted((q.call for q in reqs if getattr(q, "call", None) is not None), key=lambda c: c.request)
+        changes = []
+        if len(calls) > 1:
+            model = vocab if vocab is not None else getattr(trace, "vocab", None)
+            changes = client_changes(calls, Renderer.of(model))
+        tot = ", ".join(f"{c} {n}" for c, n in sorted(x.lost_by_cause.items(), key=lambda kv: -kv[1]))
+        self.lines = [f"#{i} {m.line()}" for i, m in misses] + [c.line() for c in changes]
+        notes = []
+        if len(x.misses) == x.misses.maxlen:
+            notes.append(f"only the last {x.misses.maxlen} misses are listed (the totals count all)")
+        self.lines += [f"tokens lost by cause: {tot or 'none'}", *(f"note: {n}" for n in notes)]
+        return {"misses": [{"request": i, **m.as_dict()} for i, m in misses], "lost_by_cause": dict(x.lost_by_cause),
+                "client_changes": [c.as_dict() for c in changes], **({"notes": notes} if notes else {})}

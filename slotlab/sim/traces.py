@@ -15,10 +15,17 @@
 
   - `session_id` (string or integer, required): the conversation the call belongs to;
   - `messages` (required, non-empty): the OpenAI `messages` array sent, each `{"role", "content"}` with
-    string content;
+    string content (or text parts); an assistant message may carry `tool_calls` (`content` then may be
+    null), a tool result is `{"role": "tool", "content", "tool_call_id"?}`;
+  - `tools` (optional): the OpenAI `tools` array sent (`[{"type": "function", "function": {"name",
+    "description"?, "parameters"?}}]`), rendered by the template as the server does;
+  - `reply` (optional): the reply as the server generated it — the assistant message (`{"role":
+    "assistant", "content", "reasoning_content"?, "tool_calls"?}`) or its text — what a recorder saw
+    (`slotlab proxy --record`); it is the call's output, and `slotlab.conversation` compares the next
+    call's echo of it (`reply_not_echoed`);
   - `output_length` (or its alias `max_tokens`; integer >= 0): the tokens the call generated. Optional
-    where the session's next call shows the reply (its `messages` are this call's, then an `assistant`
-    message): the reply's token count is used;
+    where `reply` is recorded or the session's next call shows the reply (its `messages` are this
+    call's, then an `assistant` message): the reply's token count is used;
   - `gap` (seconds >= 0): the time from the previous call of the same session (its arrival) to this
     one; for a session's first call, from the start of the log. Or, instead, `timestamp` (seconds
     since the start of the log). Each line has one of the two, not both;
@@ -67,6 +74,7 @@ class SimRequest:
     hash_ids: Sequence[int] | None = None
     fields: dict = field(default_factory=dict)  # id_slot, cache_prompt, n_cache_reuse, ...
     session: str | None = None  # session logs: the conversation
+    call: object = None  # session logs: the call as sent (slotlab.conversation.Call: messages, tools, reply)
 
     def tokens(self, vocab=None) -> np.ndarray:
         if self.make_tokens is not None:
@@ -202,6 +210,8 @@ class _Call:
     gap: float | None
     fields: dict
     reply: str | None = None
+    tools: list | None = None
+    recorded: dict | None = None  # the reply as generated (an assistant message), from the line's `reply`
 
 
 def _session_call(path, lineno: int, d: dict) -> _Call:
@@ -212,17 +222,20 @@ def _session_call(path, lineno: int, d: dict) -> _Call:
         raise TraceError(f"{where}, field 'session_id': missing")
     if isinstance(sid, bool) or not isinstance(sid, (str, int)):
         raise TraceError(f"{where}, field 'session_id': expected a string or an integer, got {sid!r}")
+    from slotlab.conversation import check_message, check_messages, check_tools
+
     msgs = d.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise TraceError(f"{where}, field 'messages': expected a non-empty array of messages")
-    for j, m in enumerate(msgs):
-        if not isinstance(m, dict):
-            raise TraceError(f"{where}, field 'messages[{j}]': expected an object with \"role\" and \"content\"")
-        if not isinstance(m.get("role"), str) or not m["role"]:
-            raise TraceError(f"{where}, field 'messages[{j}].role': missing or not a string")
-        if not isinstance(m.get("content"), str):
-            raise TraceError(f"{where}, field 'messages[{j}].content': expected a string (multimodal or "
-                             f"tool-call content is not supported), got {m.get('content')!r}")
+    check_messages(where, msgs)
+    tools = d.get("tools")
+    if tools is not None:
+        check_tools(where, tools)
+    rec = d.get("reply")
+    if rec is not None:
+        if isinstance(rec, str):
+            rec = {"role": "assistant", "content": rec}
+        check_message(where, rec, "reply")
+        if rec.get("role") != "assistant":
+            raise TraceError(f"{where}, field 'reply.role': expected \"assistant\", got {rec.get('role')!r}")
     key = "output_length" if "output_length" in d else "max_tokens"
     n_out = _number(path, lineno, d, key, integer=True, default=-1)
     if "timestamp" in d and "gap" in d:
@@ -230,11 +243,11 @@ def _session_call(path, lineno: int, d: dict) -> _Call:
     ts = _number(path, lineno, d, "timestamp") if "timestamp" in d else None
     gap = _number(path, lineno, d, "gap") if ts is None else None
     return _Call(lineno, str(sid), msgs, None if n_out < 0 else int(n_out), ts, gap,
-                 {k: d[k] for k in _PASS if k in d})
+                 {k: d[k] for k in _PASS if k in d}, tools=tools or None, recorded=rec)
 
 
 def _same(a: dict, b: dict) -> bool:
-    return a["role"] == b["role"] and a["content"] == b["content"]
+    return a["role"] == b["role"] and a.get("content") == b.get("content") and a.get("tool_calls") == b.get("tool_calls")
 
 
 def _reply(call: _Call, nxt: _Call) -> str | None:
@@ -245,7 +258,19 @@ def _reply(call: _Call, nxt: _Call) -> str | None:
         return None
     if not all(_same(a, b) for a, b in zip(call.messages, nxt.messages)):
         return None
-    return nxt.messages[k]["content"]
+    return _reply_text(nxt.messages[k])
+
+
+def _reply_text(m: dict) -> str:
+    """What the model generated for an assistant message, as text to tokenize (content; else the
+    tool calls as the JSON a model writes)."""
+    c = m.get("content")
+    if isinstance(c, list):
+        c = "".join(p.get("text") or "" for p in c)
+    text = (m.get("reasoning_content") or "") + (c or "")
+    if not text and m.get("tool_calls"):
+        text = json.dumps([tc.get("function") for tc in m["tool_calls"]], ensure_ascii=False)
+    return text
 
 
 def load_sessions(path, *, model=None, limit: int | None = None, time_scale: float = 1.0) -> SimTrace:
@@ -262,12 +287,15 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
     arrival: list[float] = []
     for c in calls:  # replies and arrivals, in file order
         prev = last.get(c.session)
-        if prev is not None:
+        if prev is not None and prev.recorded is None:
             prev.reply = _reply(prev, c)
         last[c.session] = c
         t = c.timestamp if c.timestamp is not None else at.get(c.session, 0.0) + c.gap
         at[c.session] = t
         arrival.append(t * time_scale)
+    for c in calls:
+        if c.recorded is not None:
+            c.reply = _reply_text(c.recorded)
     if limit:
         calls, arrival = calls[:limit], arrival[:limit]
     for c in calls:
@@ -282,10 +310,12 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
 
     tmpl = ChatTemplate(model)
     delims = tmpl.delimiters()
+    from slotlab.conversation import Call
+
     reqs = []
-    for c, t in zip(calls, arrival):
+    for i, (c, t) in enumerate(zip(calls, arrival)):
         try:
-            text = tmpl.apply(c.messages)
+            text = tmpl.apply_request({"messages": c.messages, **({"tools": c.tools} if c.tools else {})})
         except Exception as ex:  # the template's own refusal (raise_exception, a bad role order)
             raise TraceError(f"{_where(path, c.lineno)}, field 'messages': the chat template refused them: "
                              f"{ex}") from None
@@ -297,8 +327,9 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
         fields = dict(c.fields)
         if delims:
             fields["message_delimiters"] = [dict(x) for x in delims]
+        call = Call(i, c.messages, c.tools, c.recorded, c.reply, c.session)
         reqs.append(SimRequest(arrival=t, n_prompt=len(toks), n_predict=n_out, prompt=toks, output=out,
-                               fields=fields, session=c.session))
+                               fields=fields, session=c.session, call=call))
     reqs.sort(key=lambda q: q.arrival)  # stable: file order among equal arrivals
     return SimTrace([], reqs, str(path), vocab=model)
 
@@ -350,7 +381,7 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
     if not isinstance(data, dict) or not isinstance(data.get("requests", []), list):
         raise TraceError(f"{p}: a slotlab trace is a JSON object with a \"requests\" array")
     flags = list(data.get("flags", []))
-    reqs, notes = [], []
+    reqs, notes, missing = [], [], []
     for i, r in enumerate(data.get("requests", [])):
         if not isinstance(r, dict):
             raise TraceError(f"{p}, request {i}: expected an object")
@@ -363,11 +394,26 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
         if "prompt" not in r:
             raise TraceError(f"{p}, request {i}, field 'prompt': missing")
         prompt = r["prompt"]
+        call = None
+        if "messages" in r:  # a chat call as a recording proxy keeps it (slotlab.conversation reads it)
+            from slotlab.conversation import calls_of_trace
+
+            call = calls_of_trace([r], str(p))[0]
+            call.request = i
+        if "arrival" not in r:
+            missing.append(i)
         reqs.append(SimRequest(arrival=float(r.get("arrival", 0.0)) * time_scale,
                                n_prompt=-1 if isinstance(prompt, str) else len(prompt),
-                               n_predict=int(r.get("n_predict", -1)), prompt=prompt, output=out, fields=extra))
+                               n_predict=int(r.get("n_predict", -1)), prompt=prompt, output=out, fields=extra,
+                               session=None if call is None else call.session, call=call))
         if limit and len(reqs) >= limit:
             break
+    if missing:  # say what is assumed: a simulation's queueing figures rest on the arrivals
+        n = len(missing)
+        notes.append(f"{n} of {len(reqs)} requests have no \"arrival\": they are assumed to arrive at 0 s, all at "
+                     "once, in trace order (the queue waits and TTFTs below are those of a burst; record with "
+                     "slotlab proxy --record, which writes each request's arrival)" if n == len(reqs) else
+                     f"{n} of {len(reqs)} requests have no \"arrival\" (first: request {missing[0]}): assumed at 0 s")
     reqs.sort(key=lambda q: q.arrival)
     return SimTrace(flags, reqs, str(p), notes)
 

@@ -41,7 +41,14 @@ def misses(events: list) -> tuple[list, dict]:
     return [(order.get(m.task, -1), m) for m in x.misses], dict(x.lost_by_cause)
 
 
+#: why a server's log alone shows no client changes
+NO_MESSAGES = ("a server log carries no chat messages: to see what the client changed between calls, record "
+               "the traffic (slotlab proxy --record trace.json) and run slotlab replay trace.json --why")
+
+
 def why_lines(events: list) -> list[str]:
+    """The misses a log shows with their causes. No trace can be replayed from a log, so a flag change
+    is offered only where what the log shows meets its precondition, and marked untested."""
     found, lost = misses(events)
     out = [f"#{i} {m.line()}" for i, m in found]
     tot = ", ".join(f"{c} {n}" for c, n in sorted(lost.items(), key=lambda kv: -kv[1]))
@@ -61,6 +68,8 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
             found, lost = misses(events)
             doc["misses"] = [{"request": i, **m.as_dict()} for i, m in found]
             doc["lost_by_cause"] = lost
+            doc["client_changes"] = []  # a log has no messages (NO_MESSAGES)
+            doc["notes"] = [NO_MESSAGES]
         print(json.dumps(doc, indent=1, ensure_ascii=False), file=out)
         return 0
     head = f"{'#':>3} {'kind':<8} {'slot':>4} {'status':>6} {'cached':>7} {'prefill':>7} {'tokens':>7}  detail"
@@ -91,4 +100,5 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
         print(f"reader problem: {p}", file=out)
     if why:
         print("\n".join(why_lines(events)), file=out)
+        print(f"note: {NO_MESSAGES}", file=out)
     return 0

@@ -56,8 +56,14 @@ def test_checkpoints_erased_by_the_cap_name_the_cap_and_a_bigger_cap_saves():
     i, m = d.misses[-1]
     assert i == 5 and m.cause in ("no_checkpoint", "checkpoint_early")
     if m.cause == "no_checkpoint":
-        assert "erased by the --ctx-checkpoints cap" in m.detail and m.suggest[0] == "--ctx-checkpoints 4"
+        assert "erased by the --ctx-checkpoints cap" in m.detail and "--ctx-checkpoints 4" in m.candidates
     assert d.best(5) is not None and d.best(5).saved > 0
+    # only what reused more is advised, best first, each with its figure; a cap of 4 saved nothing here
+    tried = {" ".join(c.flags): c.saved for c in d.tried[5]}
+    assert tried["--ctx-checkpoints 4"] <= 0 and "--ctx-checkpoints 4" not in m.suggest
+    assert m.flags() == sorted((f for f, n in tried.items() if n > 0), key=lambda f: -tried[f])
+    assert m.flags()[0] == "--swa-full" and m.saved["--swa-full"] == tried["--swa-full"] == m.lost
+    assert f"--swa-full (+{m.lost} tokens reused" in m.line()
 
 
 def test_overwritten_conversation_is_saved_by_the_ram_cache():
@@ -196,3 +202,56 @@ def test_an_evicted_entry_names_the_eviction_and_a_bigger_cache_saves_it():
     i, m = d.misses[-1]
     assert i == 3 and m.cause == "dropped" and "(make_room, event" in m.detail and m.where.startswith("entry #")
     assert m.suggest[0] == "--cache-ram 2" and d.best(3) is not None and d.best(3).saved > 100
+
+
+def _live_misses(flags: str, requests: list[dict]):
+    """The misses a live engine's events show (no trace to replay: the panel's and watch's case)."""
+    from slotlab.engine.scheduler import Engine
+    from slotlab.explain import Explainer
+
+    e = Engine(flags, memory=FakeMemory(n_slots=1, n_swa=512))
+    for r in requests:
+        t = e.submit(r["prompt"], n_predict=r.get("n_predict", 4), message_delimiters=r.get("message_delimiters"))
+        e.run_until(lambda: t.done)
+    x = Explainer().fold(e.events.replayable())
+    e.close()
+    return list(x.misses)
+
+
+CHAT = [SYS + " user: my brakes squeal", SYS + " user: my brakes squeal assistant: pads. user: and the chain?"]
+
+
+def test_untested_advice_names_cms_only_where_message_delimiters_put_checkpoints():
+    """-cms spaces the checkpoints taken at user-message starts: without message delimiters there are
+    none, so a live explanation must not offer it; with them it may, marked untested."""
+    plain = _live_misses("-np 1 -c 4096 --cache-ram 0 -cms 64", [{"prompt": p} for p in CHAT])
+    (m,) = plain
+    assert m.cause == "checkpoint_early" and not m.tested
+    assert "--checkpoint-min-step 0" in m.candidates and "--checkpoint-min-step 0" not in m.untested
+    assert m.untested == ["--swa-full"] and "untested: try --swa-full" in m.line() and m.suggest == []
+    delim = [{"role": "user", "delimiter": " user:"}]
+    spans = _live_misses("-np 1 -c 4096 --cache-ram 0 -cms 64",
+                         [{"prompt": p + " user: x" * 3, "message_delimiters": delim} for p in CHAT])
+    assert any("--checkpoint-min-step 0" in m.untested for m in spans)
+
+
+def test_every_flag_suggested_in_json_was_tried_and_saved():
+    r = [{"prompt": p, "n_predict": 4} for p in CHAT]
+    d = diag("-np 1 -c 4096 --cache-ram 0 -cms 64", r)
+    doc = d.as_json()
+    assert doc["misses"] and "client_changes" in doc
+    for m in doc["misses"]:
+        saved = {" ".join(c["flags"]): c["saved"] for c in m["tried"]}
+        assert "--checkpoint-min-step 0" in saved  # tried, because it acts on checkpoints ...
+        assert "--checkpoint-min-step 0" not in m["suggest"]  # ... but without delimiters it saved nothing
+        for s in m["suggest"]:
+            if flag_change(s) is not None:
+                assert saved.get(s, 0) > 0, (s, saved)
+    assert d.dropped() and all(c.saved <= 0 for _, c in d.dropped())
+
+
+def test_a_miss_past_max_misses_gets_no_flag_advice():
+    r = [{"prompt": p, "n_predict": 4} for p in CHAT]
+    d = diag("-np 1 -c 4096 --cache-ram 0", r, max_misses=0)
+    (_, m), = d.misses
+    assert m.candidates and m.flags() == [] and m.untested == [] and "not tried (past --max-misses 0)" in m.line()

@@ -139,7 +139,9 @@ def test_the_recorder_reads_streams_json_and_gzip(pair):
     raw_exchange(px.port, post("/completion", {"prompt": [1, 2], "n_predict": 1}))  # token ids: not a trace request
     time.sleep(0.1)
     tr = px.recorder.trace()
-    assert tr["requests"] == [{"prompt": "Hello", "n_predict": 2, "seed": 3, "temperature": 0.8}]
+    (r,) = tr["requests"]
+    assert r.pop("arrival") >= 0 and r.pop("reply") == "Hello \u00e9\u00e8"  # always: when it came, what it got
+    assert r == {"prompt": "Hello", "n_predict": 2, "seed": 3, "temperature": 0.8}
     final = SSE_EVENTS[-1]
     assert tr["results"] == [{"status": 200, "id_slot": 1, "cache_n": 3, "prompt_n": 4, "tokens_evaluated": 7,
                               "tokens_cached": 8, "content": "Hello \u00e9\u00e8", "error": None}]
@@ -221,7 +223,9 @@ def test_slotlab_proxy_on_the_command_line(tmp_path):
     assert p.returncode == 0 and "1 recorded" in err
     tr = json.loads(trace.read_text())
     assert tr["flags"] == ["-np", "2", "-c", "4096"]
-    assert tr["requests"] == [{"prompt": "Hi", "n_predict": 2, "temperature": 0}]
+    assert [{k: v for k, v in r.items() if k not in ("arrival", "reply")} for r in tr["requests"]] == [
+        {"prompt": "Hi", "n_predict": 2, "temperature": 0}]
+    assert all("arrival" in r for r in tr["requests"])
 
 
 def test_sim_fields_for_slotlab_simulate(tmp_path):
@@ -239,3 +243,63 @@ def test_sim_fields_for_slotlab_simulate(tmp_path):
     sim = load_sim_trace(path)
     assert [r.arrival for r in sim.requests] == [0.5, 2.0]
     assert list(sim.requests[0].output) == [5, 6] and sim.requests[1].output is None
+
+
+def _chat_record(rec, path: str, body: dict, answer, headers=(), stream: bool = False):
+    from slotlab.proxy.app import RequestInfo
+
+    tap = rec(RequestInfo(rec.t0 + 1.0, "POST", path, "", list(headers), json.dumps(body).encode()))
+    if stream:
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in answer)
+        tap.body(data)
+        tap.done(200, [(b"content-type", b"text/event-stream")], False)
+    else:
+        tap.body(json.dumps(answer).encode())
+        tap.done(200, [(b"content-type", b"application/json")], False)
+    return rec.records[-1]
+
+
+def test_chat_calls_keep_messages_tools_reply_and_session():
+    """The three chat APIs: the reply as generated (whole or streamed, tool calls included), the tools,
+    the conversation id from a session header; a POST that is not a call is listed, not dropped."""
+    from slotlab.proxy.app import RequestInfo
+
+    rec = Recorder(["-np", "1"])
+    tools = [{"type": "function", "function": {"name": "stock_level", "parameters": {"type": "object"}}}]
+    msgs = [{"role": "user", "content": "pads in stock?"}]
+    r1 = _chat_record(rec, "/v1/chat/completions", {"messages": msgs, "tools": tools}, {
+        "choices": [{"message": {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "id": "c1", "function": {"name": "stock_level", "arguments": "{\"q\": \"pads\"}"}}]}}],
+        "usage": {"completion_tokens": 7, "prompt_tokens": 20}, "timings": {"cache_n": 0, "prompt_n": 20}},
+        headers=[(b"X-Session-Id", b"agent-1")])
+    assert r1.session == "agent-1" and rec.chat_body(r1) == {"messages": msgs, "tools": tools}
+    assert r1.reply["tool_calls"][0]["function"] == {"name": "stock_level", "arguments": "{\"q\": \"pads\"}"}
+    r2 = _chat_record(rec, "/v1/chat/completions", {"messages": msgs, "stream": True}, [
+        {"choices": [{"delta": {"reasoning_content": "think"}}]}, {"choices": [{"delta": {"content": "Yes, "}}]},
+        {"choices": [{"delta": {"content": "4 sets."}, "finish_reason": "stop"}], "timings": {"cache_n": 5}}],
+        stream=True)
+    assert r2.reply == {"role": "assistant", "content": "Yes, 4 sets.", "reasoning_content": "think"}
+    r3 = _chat_record(rec, "/v1/messages", {"model": "m", "max_tokens": 8, "messages": msgs,
+                                             "metadata": {"user_id": "claude-7"}}, {
+        "type": "message", "content": [{"type": "text", "text": "Four."}, {"type": "tool_use", "id": "t1",
+                                                                          "name": "order_part", "input": {"q": "pads"}}],
+        "usage": {"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 17}})
+    assert r3.session == "claude-7" and r3.reply["content"] == "Four."
+    assert r3.reply["tool_calls"][0]["function"]["name"] == "order_part" and r3.n_predicted == 5
+    assert r3.result["cache_n"] == 17 and r3.result["tokens_evaluated"] == 20
+    r4 = _chat_record(rec, "/v1/messages", {"model": "m", "max_tokens": 8, "messages": msgs, "stream": True}, [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 3}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Fo"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ur."}},
+        {"type": "message_delta", "usage": {"output_tokens": 2}}, {"type": "message_stop"}], stream=True)
+    assert r4.reply["content"] == "Four." and not r4.cancelled
+    r5 = _chat_record(rec, "/v1/responses", {"input": "pads in stock?"}, {
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "Yes."}]}],
+        "usage": {"input_tokens": 9, "output_tokens": 2}})
+    assert r5.reply["content"] == "Yes." and rec.chat_body(r5)["messages"][-1]["content"] == "pads in stock?"
+    rec(RequestInfo(rec.t0 + 2, "POST", "/v1/messages/count_tokens", "", [], b"{}"))
+    tr = rec.trace()  # no upstream: the chat prompts cannot be rendered, and each says so
+    assert [s["reason"] for s in tr["recorder"]["skipped"]] == ["a chat request, and no upstream to apply its "
+                                                                "template"] * 5
+    assert tr["recorder"]["not_calls"] == [{"t": 2.0, "endpoint": "/v1/messages/count_tokens",
+                                            "reason": "counting tokens runs no completion"}]
