@@ -179,11 +179,15 @@ class BuildWatch:
             self.build, self.source = number, how
         return True
 
-    def normalize(self, msg: str) -> str:
+    def normalize(self, msg: str, on_older=None) -> str:
+        """`msg` in the modelled text; an older text bounds an unnamed build, and `on_older()` is
+        called when it does (the reader warns then)."""
         out, change = normalize(msg)
-        if change is not None:
+        if change is not None and change not in self.seen_old:
             self.seen_old.add(change)
             self.hi = min(self.hi, change.since - 1) if self.hi is not None else change.since - 1
+            if on_older is not None and self.build is None:
+                on_older()
         return out
 
     def saw(self, line: str) -> None:

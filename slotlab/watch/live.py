@@ -331,6 +331,8 @@ class Watch:
                               f"{int(m.get('tokens_predicted_total', 0))}, deferred {int(m.get('requests_deferred', 0))}"
                               if m else ""))
                 out += v.slot_lines()
+        if self.reader.n_lines:
+            out.append(self.reader.build.line())  # the llama.cpp build the log names, and what its log lacks
         if self.reader.n_lines and not self.reader._has_trc:
             out.append("log below -lv 4 (no TRC lines): no similarity scores, RAM-cache saves / loads, checkpoints "
                        "or provenance; start the server with -lv 4 for those")
