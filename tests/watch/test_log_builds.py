@@ -197,3 +197,19 @@ def test_b11434_log_gives_that_servers_answers(log):
     warns = [e for e in events if e.kind == LOG and e.message.startswith("slotlab watch: this log is from b11434")]
     assert len(warns) == 1 and "LLAMA_STATE_SEQ_VERSION" in warns[0].message
     assert {T.INIT, T.TASK_DONE} <= {e.kind for e in events}
+
+
+# ---------------------------------------------------------------- what is compared
+
+
+def test_info_and_the_panel_header_name_the_modelled_build(capsys):
+    from slotlab.cli import main
+    from slotlab.engine.events import EventBus
+    from slotlab.panel.state import PanelState
+    from slotlab.panel.static import header
+
+    assert main(["info", "-np", "1", "-c", "512"]) == 0
+    assert "modelling llama-server of llama.cpp b11312 (commit 0c1e570)" in capsys.readouterr().out.splitlines()[0]
+    bus = EventBus(max_log=None)
+    LogReader(bus).read_file(PIN_LOGS[0])
+    assert header(PanelState.from_bus(bus)).startswith("slotlab (models llama.cpp b11312) · ")
