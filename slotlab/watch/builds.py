@@ -164,7 +164,7 @@ class BuildWatch:
 
     build: int | None = None
     commit: str | None = None
-    source: str | None = None  # "start-up line", "commit", or None (not named: `lo`..`hi` from the texts)
+    source: str | None = None  # "start-up line", "commit", "GET /props", or None (not named: the texts bound it)
     lo: int = OLDEST
     hi: int | None = None  # None: no upper bound known
     warned: bool = False
@@ -177,6 +177,20 @@ class BuildWatch:
         number, self.commit, how = hit
         if number is not None:
             self.build, self.source = number, how
+        return True
+
+    def on_build_info(self, info: str | None) -> bool:
+        """`GET /props`'s `build_info` (`b11434-unknown`): names the build when the log did not (a
+        `-lv 3` log has no start-up build line). True when it named it now."""
+        m = re.fullmatch(r"b(\d+)-([0-9A-Za-z]+)", info or "")
+        if self.build is not None or m is None:
+            return False
+        number, commit = int(m.group(1)), m.group(2)
+        if number < OLDEST:
+            number = KNOWN_COMMITS.get(commit[:7])
+            if number is None:
+                return False
+        self.build, self.commit, self.source = number, commit, "GET /props"
         return True
 
     def normalize(self, msg: str, on_older=None) -> str:
@@ -246,7 +260,7 @@ class BuildWatch:
     def line(self) -> str:
         """One line for the text report."""
         if self.build is not None:
-            via = f", from its commit {self.commit}" if self.source == "commit" else ""
+            via = {"commit": f", from its commit {self.commit}", "GET /props": ", from GET /props"}.get(self.source, "")
             head = f"build: reads b{self.build}{via} (slotlab models b{MODELLED})"
         else:
             hi = f"b{self.hi}" if self.hi is not None else f"b{NEWEST} or later"

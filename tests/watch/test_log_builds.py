@@ -169,6 +169,15 @@ def test_the_old_start_up_line_and_an_unnamed_build():
     assert rd.build.summary()["range"] == [rd.build.lo, 10177]
 
 
+def test_get_props_names_the_build_a_quiet_log_does_not():
+    w = B.BuildWatch()
+    assert w.on_build_info("b11434-unknown") and (w.build, w.source) == (11434, "GET /props")
+    assert "from GET /props" in w.line() and "LLAMA_STATE_SEQ_VERSION" in w.warning()
+    w = B.BuildWatch()
+    assert w.on_build_info("b1-0c1e570") and (w.build, w.source) == (11312, "GET /props") and w.warning() is None
+    assert not B.BuildWatch().on_build_info("b2-deadbee") and not B.BuildWatch().on_build_info("garbage")
+
+
 # ---------------------------------------------------------------- the real b11434 server
 
 
