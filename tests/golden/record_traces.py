@@ -113,11 +113,13 @@ def record(trace_path: Path, out_dir: Path | None = None, server: Path | None = 
         results, _ = send_trace(srv, trace)
     keep = out_dir / f"{name}.files"
     wanted = json.loads(trace_path.read_text()).get("keep_files") or []
-    if wanted:  # the server-written slot files a test restores in slotlab
+    out = {"flags": trace.flags, "results": results}
+    if wanted and out_dir == trace_path.parent:  # the server-written slot files a test restores in slotlab
         keep.mkdir(exist_ok=True)
         for name in wanted:
             shutil.copyfile(Path(slots_dir) / name, keep / name)
-    out = {"flags": trace.flags, "results": results}
+    elif wanted:  # another build's files are not kept (megabytes each), only their sizes
+        out["files_written"] = {n: (Path(slots_dir) / n).stat().st_size for n in wanted}
     (out_dir / f"{trace_path.stem}.llama-server.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print(f"{trace_path.stem}: {len(results)} results")
 
