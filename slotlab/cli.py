@@ -40,7 +40,8 @@ def cmd_info(argv: list[str]) -> int:
     yes = lambda v: "yes" if v else "no"  # noqa: E731
     ram = {-1: "no byte limit", 0: "off"}.get(cache["cache_ram_mib"], f"{cache['cache_ram_mib']} MiB")
     lines = [
-        f"slotlab {d['slotlab']} on llama-cpp-python {d['llama_cpp_python']}",
+        f"slotlab {d['slotlab']} on llama-cpp-python {d['llama_cpp_python']}, modelling llama-server of llama.cpp "
+        f"b{d['llama_cpp_build']} (commit {d['llama_cpp_commit']})",
         f"model      {Path(m['path']).name}: {m['desc']}, {m['n_params'] / 1e6:.1f} M params, {_mib(m['size_bytes'])}",
         f"           {m['path']}",
         f"           architecture {m['architecture']}, n_ctx_train {m['n_ctx_train']}, n_swa {m['n_swa']}, "

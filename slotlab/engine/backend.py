@@ -58,11 +58,13 @@ class Backend:
 
         from slotlab import __version__
         from slotlab.llama import supports_gpu_offload
+        from slotlab.llama.build import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT
 
         p, m, c = self.params, self.model, self.ctx
         return {
             "slotlab": __version__,
             "llama_cpp_python": version("llama-cpp-python"),
+            "llama_cpp_build": LLAMA_CPP_BUILD, "llama_cpp_commit": LLAMA_CPP_COMMIT,
             "model": {"path": str(m.path), "desc": m.desc, "architecture": m.architecture,
                       "n_params": m.n_params, "size_bytes": m.size_bytes, "n_ctx_train": m.n_ctx_train,
                       "n_swa": m.n_swa, "n_layer": m.n_layer, "n_vocab": m.n_vocab, "add_bos": m.add_bos,

@@ -18,6 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from slotlab.figures import png
+from slotlab.llama.build import LLAMA_CPP_BUILD
 from slotlab.panel.figure import (CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, N_PAST_COLOR, TITLES, UNKNOWN_MARK,
                                   WINDOW_RGBA, CHECKPOINT_MARKS, FigureData, figure_data)
 from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
@@ -68,7 +69,7 @@ def short_flags(flags) -> list[str]:
 
 def header(st: PanelState, width: int = 130) -> str:
     flags = " ".join(short_flags(st.flags)) or "(server defaults)"
-    text = (f"slotlab · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · event #{st.last_seq} · "
+    text = (f"slotlab (models llama.cpp b{LLAMA_CPP_BUILD}) · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · event #{st.last_seq} · "
             f"{st.n_requests} requests done · {flags}")
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="    "))
 

@@ -26,6 +26,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from slotlab.llama.build import LLAMA_CPP_BUILD
 from slotlab.panel import figure
 from slotlab.panel.figure import CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, N_PAST_COLOR, TITLES
 from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
@@ -310,7 +311,7 @@ class Panel(w.VBox):
 
     def _render_header(self, st: PanelState) -> None:
         flags = " ".join(st.flags) or "(server defaults)"
-        value = (f"<b>slotlab</b> · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · "
+        value = (f"<b>slotlab</b> (models llama.cpp b{LLAMA_CPP_BUILD}) · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · "
                  f"<code>{_esc(flags)}</code> · event #{st.last_seq} · {st.n_requests} requests done"
                  + ("" if self.live else " · <b style='color:#b00'>scrubbing (not live)</b>"))
         note = getattr(self.engine, "panel_note", None)  # a source that is not an Engine (slotlab.watch) says what it is

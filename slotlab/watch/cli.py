@@ -143,8 +143,8 @@ def run_live(args, command: list[str] | None, out=None) -> int:
 
         write_events(watch.events.replay().events, args.events)
     if args.json:
-        print(json.dumps({"flags": flags_of(watch.events.replay().events), "results": results}, indent=1,
-                         ensure_ascii=False), file=out)
+        print(json.dumps({"flags": flags_of(watch.events.replay().events), "results": results,
+                          "build": watch.reader.build.summary()}, indent=1, ensure_ascii=False), file=out)
     else:
         for s in watch.status_lines():
             print(s, file=out)

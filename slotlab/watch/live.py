@@ -259,7 +259,14 @@ class Watch:
     last_note: tuple | None = None
 
     def _polled(self, view) -> None:
-        """After each poll: the shape from /props when the log gave none (attached to a running server)."""
+        """After each poll: the shape from /props when the log gave none (attached to a running server),
+        and the build when the log did not name it."""
+        if view.up and self.reader.build.build is None:
+            with self._lock:
+                if self.reader.build.on_build_info(view.props.get("build_info")):
+                    w = self.reader.build.warning()
+                    if w is not None:
+                        self.events.emit(T.LOG, w, level="WRN")
         if not view.up or self._props_init or view.n_slots is None:
             return
         rd = self.reader
@@ -331,6 +338,8 @@ class Watch:
                               f"{int(m.get('tokens_predicted_total', 0))}, deferred {int(m.get('requests_deferred', 0))}"
                               if m else ""))
                 out += v.slot_lines()
+        if self.reader.n_lines:
+            out.append(self.reader.build.line())  # the llama.cpp build the log names, and what its log lacks
         if self.reader.n_lines and not self.reader._has_trc:
             out.append("log below -lv 4 (no TRC lines): no similarity scores, RAM-cache saves / loads, checkpoints "
                        "or provenance; start the server with -lv 4 for those")

@@ -41,6 +41,7 @@ from slotlab.engine import event_types as T
 from slotlab.engine.events import Event
 from slotlab.engine.prompt_cache import f32_ratio
 from slotlab.units import MIB
+from slotlab.watch.builds import BuildWatch
 from slotlab.watch.lines import LogLine, parse_line
 from slotlab.watch.patterns import ALLOC_CHAIN, CACHE, NEUTRAL, SELECTION, match
 
@@ -196,6 +197,7 @@ class LogReader:
         self.n_plain = 0
         self.n_resyncs = 0
         self.problems: list[str] = []  # internal errors on a line (the line was kept as plain text)
+        self.build = BuildWatch()  # the llama.cpp build that wrote the log, and its texts (builds.py)
 
     # ------------------------------------------------------------------ public API
 
@@ -318,11 +320,17 @@ class LogReader:
     # ------------------------------------------------------------------ dispatch
 
     def _handle(self, ln: LogLine) -> None:
-        hit = match(ln.src, ln.msg) if ln.src is not None else None
+        if self.build.build is None and ln.src in ("cmn", "lib") and self.build.on_build_line(ln.func, ln.msg):
+            self._plain(ln)
+            self._warn_build()
+            return
+        # an older build's text is matched as the modelled one (the event keeps the log's own text)
+        hit = match(ln.src, self.build.normalize(ln.msg, self._warn_build)) if ln.src is not None else None
         if hit is None:
             self._plain(ln)
             return
         name, m, lvl = hit
+        self.build.saw(name)
         if ln.src == "lib":
             self._lib(name, m, ln)
             return
@@ -339,6 +347,12 @@ class LogReader:
                 self._end_await(None)
         self._settle(name, ln)
         getattr(self, "_on_" + name)(m, ln, level)
+
+    def _warn_build(self) -> None:
+        """Once: the log is from another build than the one slotlab models, and what that changes."""
+        w = self.build.warning()
+        if w is not None:
+            self._spec(LOG, w, level="WRN")
 
     def _end_await(self, n_prompt: int | None) -> None:
         fixes, self._fixes, self._await = self._fixes, [], None

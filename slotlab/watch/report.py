@@ -1,5 +1,6 @@
 """`slotlab watch --log FILE`: read a finished llama-server log and report each request the way
-`slotlab replay` does (`--json`: the golden-trace schema; `--events F`: every event as JSON lines)."""
+`slotlab replay` does (`--json`: the golden-trace schema, plus `build`: the llama.cpp build the log names
+and what its log cannot give; `--events F`: every event as JSON lines)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
         write_events(events, events_path)
     results = requests_json(events)
     if as_json:
-        doc = {"flags": flags_of(events), "results": results}
+        doc = {"flags": flags_of(events), "results": results, "build": rd.build.summary()}
         if why:
             found, lost = misses(events)
             doc["misses"] = [{"request": i, **m.as_dict()} for i, m in found]
@@ -92,6 +93,10 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
     n_trc = sum(1 for e in events if e.level == "TRC" and e.message)
     typed = sum(1 for e in events if e.kind in T.REGISTRY)
     print(f"{rd.n_lines} lines read ({rd.n_plain} kept as plain log lines), {typed} typed events", file=out)
+    print(rd.build.line(), file=out)
+    for e in events:  # the one warning when the log is from another build than slotlab models
+        if e.kind == T.LOG and e.message.startswith("slotlab watch: this log is from"):
+            print(e.message, file=out)
     if n_trc == 0 and rd.n_lines:
         print("no TRC lines in this log (llama-server below -lv 4): slot choice scores, RAM-cache saves and loads, "
               "checkpoints and erases are not shown; cache_n and tokens_evaluated are derived from the timings",

@@ -14,7 +14,8 @@ LOG = DIR / "example.llama-server.log"
 def test_json_is_replays_schema(capsys):
     assert main(["watch", "--log", str(LOG), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"flags", "results"}
+    assert set(out) == {"flags", "results", "build"}
+    assert out["build"]["modelled"] == 11312
     assert out["results"] == requests_json(LogReader().read_file(LOG))
     first = out["results"][0]
     assert set(first) == {"status", "id_slot", "cache_n", "prompt_n", "tokens_evaluated", "tokens_cached", "content",
