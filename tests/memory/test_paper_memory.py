@@ -209,6 +209,28 @@ def test_sampler_and_vocab(gemma):
         v.tokenize("hello")
 
 
+def test_a_request_with_sampling_runs_on_paper(gemma):
+    """Issue 21 item 6: the paper memories take `sampling` / `prompt` as LlamaMemory.sampler does (and
+    ignore them), so a request that sets the server's sampling fields is served, on PaperMemory and on
+    the simulator's SimMemory alike, with the same placeholders as without."""
+    from slotlab.sampling import SamplingParams
+    from slotlab.sim.paper_replay import paper_engine
+
+    outs = []
+    for sampling in (None, SamplingParams(seed=1)):
+        for make in (lambda p: Engine(p, memory=PaperMemory.from_params(p, profile=gemma), allocate=paper_allocate),
+                     lambda p: paper_engine(p, profile=gemma)):
+            eng = make(ServerParams.from_args(["-np", "1", "-c", "1024"]))
+            try:
+                t = eng.submit(list(range(10, 40)), n_predict=4, sampling=sampling)
+                eng.run_until(lambda: t.done)
+                assert t.result is not None and t.error is None
+                outs.append(list(t.result["tokens"]))
+            finally:
+                eng.close()
+    assert all(o == outs[0] for o in outs) and len(outs[0]) == 4
+
+
 def test_allocator_budget():
     alloc = PaperAllocator(limit_bytes=1000)
     a = alloc(600)
