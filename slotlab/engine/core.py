@@ -29,7 +29,7 @@ from slotlab.engine import event_types as T
 from slotlab.engine.cache_glue import CacheGlue
 from slotlab.engine.cache_reuse import apply_cache_reuse
 from slotlab.engine.checkpoints import CheckpointPolicy
-from slotlab.engine.drops import Drop
+from slotlab.engine.drops import Drop, held_prefix
 from slotlab.engine.emit import Emitter
 from slotlab.engine.events import EventBus
 from slotlab.engine.messages import find_message_spans, parse_delimiters
@@ -42,7 +42,7 @@ from slotlab.engine.slot_actions import SlotActions, check_slot_action
 from slotlab.engine.speculative import Speculative
 from slotlab.engine.task import Task, TaskError, TaskParams, TaskState, TaskType
 from slotlab.engine.task_queue import TaskQueue, cancelled_error
-from slotlab.engine.tokens import as_tokens, common_prefix
+from slotlab.engine.tokens import as_tokens
 from slotlab.errors import ConfigError, SlotlabError
 from slotlab.memory import Batch, Memory, check_memory, require_seq_rm
 
@@ -254,39 +254,6 @@ class ServerCore:
             emit(T.SLOT_SELECTED_BY_LRU, f"selected slot by LRU, t_last = {sel.t_last}", level="INF",
                  slot=sel.id_slot, task=task.id, t_last=sel.t_last)
 
-    def _snippet(self, tokens, d: int, k: int = 6) -> str:
-        return self.vocab.detokenize(tokens[max(0, d - k):d + k]) if len(tokens) else ""
-
-    def held_prefix(self, task: Task) -> tuple[dict | None, dict | None]:
-        """What the server held for this prompt when it arrived: the longest common prefix with any
-        slot or RAM-cache entry (`held`), and with anything dropped lately (`lost`: a cleared slot,
-        an evicted entry), each with where it was and the text on both sides of the divergence.
-        Facts for explaining a miss; they decide nothing."""
-        return self._held_prefix(task, [s.tokens.get_common_prefix(task.tokens) for s in self.slots])
-
-    def _held_prefix(self, task: Task, slot_lcps: list[int]) -> tuple[dict | None, dict | None]:
-        toks = task.tokens
-        cands = [(n, "slot", s.id, s.tokens.view()) for n, s in zip(slot_lcps, self.slots)]
-        if self.cache is not None:  # inside get_available_slot, `load` reuses these lcps (one_prompt)
-            cands += [(self.cache.lcp(e, toks), "entry", e.id, e.tokens) for e in self.cache.entries]
-        held = max(cands, key=lambda c: c[0], default=None)
-        # among drops of the same prefix, the latest is the one that finally lost it (e.g. a slot saved to
-        # the RAM cache when it was overwritten, then evicted from the cache)
-        lost = _longest_drop(self.dropped, toks)
-
-        def side(lcp, held_toks) -> dict:
-            return {"lcp": int(lcp), "n_held": int(len(held_toks)), "prompt_text": self._snippet(toks, lcp),
-                    "held_text": self._snippet(held_toks, lcp)}
-
-        h = None if held is None or held[0] == 0 else {"where": held[1], "id": held[2], **side(held[0], held[3])}
-        lo = None
-        if lost is not None and lost[0] > 0:
-            d = lost[1]
-            lo = {"where": d.where, "id": d.id, "reason": d.reason, "seq": d.seq, **side(lost[0], d.tokens)}
-            if d.by_task is not None:
-                lo["by_task"] = d.by_task
-        return h, lo
-
     def get_available_slot(self, task: Task) -> Slot | None:
         """Steps A-C (selection.py), then step D: the RAM-cache save / load / update (spec 1.4)."""
         if self.cache is None:
@@ -296,7 +263,7 @@ class ServerCore:
 
     def _get_available_slot(self, task: Task) -> Slot | None:
         slot_lcps = [s.tokens.get_common_prefix(task.tokens) for s in self.slots]  # shared by both scans
-        held, lost = self._held_prefix(task, slot_lcps)
+        held, lost = held_prefix(task.tokens, self.slots, slot_lcps, self.cache, self.dropped, self.vocab)
         sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.params.slot_prompt_similarity,
                                  lcps=slot_lcps)
         self._emit_selection(sel, task)
@@ -742,23 +709,3 @@ class ServerCore:
         for t in self.tq.waiting() + [s.task for s in self.slots if s.task]:
             if not t.done:
                 t.finish(error=error)
-
-
-def _longest_drop(dropped, toks) -> tuple[int, Drop] | None:
-    """`max((lcp(d.tokens, toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
-    computing every lcp: taken newest first, an older drop wins only with a longer lcp, which needs
-    its token at the best lcp so far to match the prompt's (one element read instead of a scan)."""
-    order = sorted(range(len(dropped)), key=lambda i: -dropped[i].seq)  # stable: the first of equal seqs first
-    best = None
-    n_toks = len(toks)
-    for i in order:
-        d = dropped[i]
-        t = d.tokens
-        if best is not None:
-            k = best[0]
-            if k >= n_toks or k >= len(t) or t[k] != toks[k]:
-                continue  # its lcp is at most k: not longer
-        lcp = common_prefix(t, toks)
-        if best is None or lcp > best[0]:
-            best = (lcp, d)
-    return best

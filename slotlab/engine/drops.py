@@ -2,8 +2,8 @@
 
 A slot overwritten by another prompt, a slot cleared (purge, idle clear, failed decode), a RAM-cache
 entry evicted: each drop keeps a reference to the tokens that were lost, where they were and why.
-They decide nothing; `ServerCore.held_prefix` matches a new prompt against them (slotlab.explain
-names the cause of a miss from that)."""
+They decide nothing; `held_prefix` matches a new prompt against them and against what the slots and
+the RAM cache hold (slotlab.explain names the cause of a miss from that)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+
+from slotlab.engine.tokens import common_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +23,54 @@ class Drop:
     reason: str  # the slot_clear / cache_evict reason, or "overwritten"
     seq: int  # the event seq at which it was dropped
     by_task: Optional[int] = None  # the task whose prompt overwrote it ("overwritten" only)
+
+
+def _snippet(vocab, tokens, d: int, k: int = 6) -> str:
+    return vocab.detokenize(tokens[max(0, d - k):d + k]) if len(tokens) else ""
+
+
+def held_prefix(toks: np.ndarray, slots, slot_lcps: list[int], cache, dropped, vocab) -> tuple[dict | None, dict | None]:
+    """What the server held for prompt `toks` when it arrived: the longest common prefix with any slot
+    (`slot_lcps`, one per slot, computed by the caller) or RAM-cache entry (`held`), and with anything
+    dropped lately (`lost`: a cleared slot, an evicted entry), each with where it was and the text on
+    both sides of the divergence. Facts for explaining a miss; they decide nothing."""
+    cands = [(n, "slot", s.id, s.tokens.view()) for n, s in zip(slot_lcps, slots)]
+    if cache is not None:  # inside get_available_slot, `load` reuses these lcps (one_prompt)
+        cands += [(cache.lcp(e, toks), "entry", e.id, e.tokens) for e in cache.entries]
+    held = max(cands, key=lambda c: c[0], default=None)
+    # among drops of the same prefix, the latest is the one that finally lost it (e.g. a slot saved to
+    # the RAM cache when it was overwritten, then evicted from the cache)
+    lost = _longest_drop(dropped, toks)
+
+    def side(lcp, held_toks) -> dict:
+        return {"lcp": int(lcp), "n_held": int(len(held_toks)), "prompt_text": _snippet(vocab, toks, lcp),
+                "held_text": _snippet(vocab, held_toks, lcp)}
+
+    h = None if held is None or held[0] == 0 else {"where": held[1], "id": held[2], **side(held[0], held[3])}
+    lo = None
+    if lost is not None and lost[0] > 0:
+        d = lost[1]
+        lo = {"where": d.where, "id": d.id, "reason": d.reason, "seq": d.seq, **side(lost[0], d.tokens)}
+        if d.by_task is not None:
+            lo["by_task"] = d.by_task
+    return h, lo
+
+
+def _longest_drop(dropped, toks) -> tuple[int, Drop] | None:
+    """`max((lcp(d.tokens, toks), d) for d in dropped)` by (lcp, seq), the first on a tie, without
+    computing every lcp: taken newest first, an older drop wins only with a longer lcp, which needs
+    its token at the best lcp so far to match the prompt's (one element read instead of a scan)."""
+    order = sorted(range(len(dropped)), key=lambda i: -dropped[i].seq)  # stable: the first of equal seqs first
+    best = None
+    n_toks = len(toks)
+    for i in order:
+        d = dropped[i]
+        t = d.tokens
+        if best is not None:
+            k = best[0]
+            if k >= n_toks or k >= len(t) or t[k] != toks[k]:
+                continue  # its lcp is at most k: not longer
+        lcp = common_prefix(t, toks)
+        if best is None or lcp > best[0]:
+            best = (lcp, d)
+    return best

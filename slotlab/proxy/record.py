@@ -209,6 +209,11 @@ class Recorder:
 
     # ------------------------------------------------------------------ the trace
 
+    def record_after(self, rec: Record) -> Record | None:
+        """The record that arrived right after `rec` (None: none yet), read under the recorder's lock."""
+        with self._lock:
+            return self.records[rec.index + 1] if rec.index + 1 < len(self.records) else None
+
     def trace_request(self, rec: Record) -> dict | None:
         """The trace request of `rec` (None and `rec.skip` set when a trace cannot express it)."""
         b = rec.body

@@ -258,8 +258,7 @@ class Twin:
             if r is None:
                 self.n_skipped += 1
                 continue
-            with recorder._lock:
-                nxt = recorder.records[rec.index + 1] if rec.index + 1 < len(recorder.records) else None
+            nxt = recorder.record_after(rec)
             if "action" not in r and nxt is not None and rec.t_done is not None and nxt.t < rec.t_done:
                 r["wait"] = False
             out.append(r)
