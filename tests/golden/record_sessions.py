@@ -36,7 +36,7 @@ CONFIGS = {
     "gemma2": ["--jinja", "--chat-template-file", str(TEMPLATES / "google-gemma-2-2b-it.jinja")],
 }
 FLAGS = ["-np", "1", "-c", "8192", "--swa-full"]
-MAX_TOKENS = 8
+MAX_TOKENS = 3  # a few tokens: the replies are data the next call echoes, not the subject
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": d, "parameters": {
     "type": "object", "properties": {"q": {"type": "string", "description": "what to look up"}}, "required": ["q"]}}}
