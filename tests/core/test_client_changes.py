@@ -1,9 +1,9 @@
 """The client's side of a lost prefix (slotlab.conversation, issue 23 item 1).
 
 The golden sessions were recorded from the real llama-server's chat endpoint (tests/golden/record_sessions.py):
-one conversation per kind of client change, on the default model's own rendering (ChatML), a
-tools-capable template (Qwen2.5) and one that folds the system prompt into the first user turn
-(Gemma 2). The server ran with one slot and --swa-full, so its `cache_n` is exactly the common prefix of
+one conversation per kind of client change, on the default model's own rendering (ChatML; the recorder
+also knows a tools-capable template, Qwen2.5, and Gemma 2's, which folds the system prompt into the first
+user turn: not recorded yet, each NAME.jsonl found here is tested). The server ran with one slot and --swa-full, so its `cache_n` is exactly the common prefix of
 what it held and the new prompt: slotlab's rendering must give the server's prompt length on every call,
 and its divergence position the server's `cache_n` on every call that changed something."""
 
