@@ -1,9 +1,9 @@
 """The client's side of a lost prefix (slotlab.conversation, issue 23 item 1).
 
 The golden sessions were recorded from the real llama-server's chat endpoint (tests/golden/record_sessions.py):
-one conversation per kind of client change, on the default model's own rendering (ChatML), a
-tools-capable template (Qwen2.5) and one that folds the system prompt into the first user turn
-(Gemma 2). The server ran with one slot and --swa-full, so its `cache_n` is exactly the common prefix of
+one conversation per kind of client change, on the default model's own rendering (ChatML; the recorder
+also knows a tools-capable template, Qwen2.5, and Gemma 2's, which folds the system prompt into the first
+user turn: not recorded yet, each NAME.jsonl found here is tested). The server ran with one slot and --swa-full, so its `cache_n` is exactly the common prefix of
 what it held and the new prompt: slotlab's rendering must give the server's prompt length on every call,
 and its divergence position the server's `cache_n` on every call that changed something."""
 
@@ -128,11 +128,20 @@ def test_golden_sessions_name_each_change(model, name):
             continue
         ch, srv = changes[i], rec["calls"][i]
         d = lcp(r.tokens(c.messages, c.tools), held_tokens(r, calls[j]))
-        # the divergence is where the server stopped reusing (one slot, --swa-full: it cuts back anywhere)
-        assert ch.position == d and srv["cache_n"] == min(d, len(r.tokens(c.messages, c.tools)) - 1), (name, i)
+        # the divergence is where the server stopped reusing (one slot, --swa-full: it cuts back anywhere),
+        # exactly where it lies in the previous prompt; past it, in the reply, slotlab re-tokenizes the reply's
+        # text, which can split a token differently from the ids the model generated (one token at most here)
+        n_cur = len(r.tokens(c.messages, c.tools))
+        assert ch.position == d, (name, i)
+        if d <= len(r.tokens(calls[j].messages, calls[j].tools)):
+            assert srv["cache_n"] == min(d, n_cur - 1), (name, i, d, srv["cache_n"])
+        else:
+            assert 0 <= min(d, n_cur - 1) - srv["cache_n"] <= 1, (name, i, d, srv["cache_n"])
         # what the change cost never exceeds what the server processed again
         assert 0 <= ch.tokens_lost <= srv["prompt_n"], (name, i)
-        if ch.change in ("system_changed", "message_edited", "message_inserted", "reply_not_echoed"):
+        # a change early in the prompt makes the server process again what followed it (a reply shortened at
+        # its end, as here, leaves nothing of what the server held after the divergence: 0 is right)
+        if ch.change in ("system_changed", "message_edited", "message_inserted", "compacted"):
             assert ch.tokens_lost > 0, (name, i, ch.line())
         if ch.change == "tools_changed" and name == "chatml":
             assert ch.tokens_lost == 0  # ChatML does not render tools: the prompt did not change

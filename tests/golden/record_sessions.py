@@ -36,7 +36,7 @@ CONFIGS = {
     "gemma2": ["--jinja", "--chat-template-file", str(TEMPLATES / "google-gemma-2-2b-it.jinja")],
 }
 FLAGS = ["-np", "1", "-c", "8192", "--swa-full"]
-MAX_TOKENS = 8
+MAX_TOKENS = 3  # a few tokens: the replies are data the next call echoes, not the subject
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": d, "parameters": {
     "type": "object", "properties": {"q": {"type": "string", "description": "what to look up"}}, "required": ["q"]}}}
@@ -141,9 +141,10 @@ def record(name: str) -> None:
                 reply = {k: msg[k] for k in ("role", "content", "reasoning_content", "tool_calls") if msg.get(k)}
                 reply.setdefault("content", "")
                 t = ans["timings"]
-                line = {"session_id": sid, "gap": 1.0, "messages": messages, "reply": reply}
+                # copies: a session goes on appending to its list (the line is what was sent then)
+                line = {"session_id": sid, "gap": 1.0, "messages": json.loads(json.dumps(messages)), "reply": reply}
                 if tools:
-                    line["tools"] = tools
+                    line["tools"] = json.loads(json.dumps(tools))
                 lines.append(line)
                 calls.append({"session_id": sid, "cache_n": t["cache_n"], "prompt_n": t["prompt_n"],
                               "usage": ans.get("usage"), "made": list(made) if made else None})
