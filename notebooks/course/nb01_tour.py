@@ -13,7 +13,11 @@ CELLS = [
 (`--cache-ram`, 8192 MiB by default) keeps prompts that slots had to give up. slotlab runs exactly
 that machinery on a real `llama_context` (Gemma 3 270M), and this notebook walks through it with the
 server's defaults. Every number a cell prints is asserted in that cell. The one exception is the live
-panel, a widget that draws the same state as the pictures."""),
+panel, a widget that draws the same state as the pictures.
+
+The defaults this chapter runs with (`common.h` at the pin): `-np` auto (4 slots, unified KV),
+`--cache-ram 8192` MiB, `--cache-idle-slots` on, `-sps 0.10`, `--ctx-checkpoints 32`,
+`--checkpoint-min-step 8192`, `--cache-reuse 0` (off), no `--swa-full`. Only `-c` is smaller here."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary, why
 from slotlab.panel import Panel
@@ -58,6 +62,31 @@ assert f"{d['f_sim']:.3f} {d['f_keep']:.3f}" == "0.625 0.441" and 0.10 < d["f_si
 assert (saved["id_slot"], saved["n_tokens"], saved["entry_id"], saved["n_checkpoints"]) == (3, 34, 0, 1)
 assert "f_sim 0.62 > 0.10" in why(eng) and "0 tokens reused, 27 prefilled" in why(eng)
 assert "no usable checkpoint: full re-processing forced; 0 tokens reused, 24 prefilled" in why(eng)"""),
+    md("""## The server's decisions, in order
+
+Every request goes through the same steps, and each later chapter explains one of them. The picture
+names the server's function for each step (`tools/server/server-context.cpp`), and writes beside it
+what Bob's request (task 1) did there, read from the engine's events. A grey box is a step that did
+nothing for this request:
+
+* **slot choice** (`get_available_slot`): a slot by similarity, else the least recently used one;
+* **RAM cache save / load**: on LRU, or when the chosen slot would lose more than half of what it holds,
+  the slot is saved (`prompt_save`) and the best entry loaded (`prompt_load`; notebook 02);
+* **n_past**: the common prefix; **shift**: `--cache-reuse` (notebook 04);
+* **the checkpoint rule**: can the memory be cut back to `n_past`? (below; notebook 06);
+* **prefill**, taking checkpoints; **release**: the slot goes idle with its tokens;
+* **idle-slot loop**: when the *next* request launches, every other idle slot is saved to the RAM cache,
+  and cleared on a unified KV (notebook 05). The dashed arrow: the next request starts again at the top."""),
+    code("""from slotlab.figures import flow
+steps = flow.path(eng, 1)
+for k in ("slot", "cache", "n_past", "checkpoint", "prefill", "release"):
+    print(f"{k:10s} {steps[k]}")
+assert steps["slot"] == "slot 3 by LCP similarity, f_sim 0.625"
+assert steps["cache"] == "saved 34 tokens as entry #0; no entry loaded"
+assert steps["n_past"] == "common prefix 15 -> cache_n 0" and steps["shift"] == "none"
+assert steps["checkpoint"] == "none usable: full re-processing, n_past 0"
+assert steps["prefill"] == "24 tokens prefilled, checkpoints at [20]" and steps["release"] == "slot 3 idle with 31 tokens"
+flow.image(eng, 1)"""),
     md("""Bob's prompt shares its first 15 tokens with Alice's: the system prompt and `User`. Her slot was
 idle, so the server picked it by **LCP similarity** (`f_sim` 15/24 above `-sps 0.10`, spec 1.2). But
 keeping the shared 15 tokens would keep less than half of the slot (`f_keep` 15/34 < 0.5, spec 1.4). So the server first **saved Alice's
@@ -89,6 +118,11 @@ checkpoint was restored: **22** tokens reused, not 27. (Bob's entry #1 shares on
 The same rule again.
 
 ## The checkpoint rule
+
+On a full-attention model (Llama, Mistral, dense Qwen3) this section does not apply: `n_swa` is 0,
+the memory can be cut back anywhere, and the common prefix is always reused. Gemma 3, the default
+model here, has a sliding window (as do gpt-oss and Gemma 2), and hybrid or recurrent models (Qwen3.5,
+Nemotron-H) have a state that cannot be rolled back; for them the server adds one rule.
 
 When a request can reuse the first `pos_next` tokens of what a slot holds (its common prefix), the
 server checks whether the memory can continue from there (spec 3.5, `server-context.cpp`):
@@ -170,8 +204,44 @@ threshold is 0, and every checkpoint ends at 19 or later. Only a checkpoint at o
 the shared system prompt would help, and the server takes none there (on chat requests it does take
 one at each user-message start: notebook 06). `--swa-full` avoids the rule altogether.
 
-## The whole run, as the panel draws it"""),
-    code("""from slotlab.panel.static import panel_image
+## The whole run, as the panel draws it
+
+The panel (live above, as a picture here and in later chapters) draws the engine's state after the last
+event. Its parts, top to bottom:
+
+* **the header**: slots, `n_ctx_slot`, `n_swa`, the last event number, the requests done, the flags;
+* **plot 1, slot token timelines**: one row per slot, its tokens coloured by where they came from in its
+  last request (kept in the slot, loaded from a RAM-cache entry, restored from a checkpoint, prefilled,
+  generated...); the red tick is the first token that differed from what the slot held;
+* **plot 2, checkpoints**: each checkpoint's recorded `[pos_min, pos_max]`, the grey SWA window (the last
+  `n_swa` positions), the slot's `n_past`, and the last checkpoint events (created, restored, erased);
+* **plot 3, evictions by reason, per request**: every RAM-cache entry dropped and every slot cleared,
+  on its reason's row (`loaded`: an entry went back into a slot; `idle_clear`: the idle-slot loop cleared
+  a slot; `make_room`, `byte_limit`, `token_limit`: the cache's limits), against the number of requests
+  done before it (with one request at a time, `k` is while the k-th request, counting from 0, runs);
+  `x2` beside a mark counts several at once;
+* **the RAM-cache strip**: the cache's size against its limits, and its entries, oldest (next evicted)
+  first.
+
+The legend lists only what the picture draws. Here: slot 1 holds Dmitri's request (task 4), slot 0
+Erin's (task 5), slot 3 Farah's (task 6); the evictions are the entries loaded back into slots and the
+slots the idle-slot loop cleared, at the number of requests done when each happened."""),
+    code("""from collections import Counter
+from slotlab.panel.figure import figure_data, legend_entries
+from slotlab.panel.static import panel_image, panel_state
+pd = figure_data(panel_state(eng))
+marks = sorted(zip(pd.evictions.x, pd.evictions.y, pd.evictions.symbol))
+one, two = legend_entries(pd)
+print("plot 3, (requests done, reason, how many):", marks)
+print("legend, plot 1:", [label for _, label in one])
+print("legend, plot 2:", [label for _, label in two])
+done, evicted = 0, Counter()
+for e in eng.events.log:              # each eviction, at the number of requests done before it
+    done += e.kind == "task_done"
+    if e.kind == "cache_evict" or e.kind == "slot_clear" and e.data["reason"] == "idle_clear" and e.data["n_tokens"] > 0:
+        evicted[done, e.data["reason"]] += 1
+assert marks == sorted((d, r, n) for (d, r), n in evicted.items())     # one mark per count and reason
+assert [k for k, _ in one] == [k for k in pd.prov if pd.prov[k].x] + ["divergence"] * bool(pd.divergence.x)
 panel_image(eng)"""),
     md("""## Try this
 1. Re-create the engine with `"-c 8192 -sps 0"` (similarity selection off) and replay the four

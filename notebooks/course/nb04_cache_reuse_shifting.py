@@ -8,7 +8,7 @@ CELLS = [
     md("""# 04 · `--cache-reuse`: shifting KV chunks instead of recomputing them
 
 After the common prefix, llama-server looks for chunks of the slot's old tokens that reappear later in
-the new prompt (at least `--cache-reuse N` tokens long). It deletes what lies in between and **shifts**
+the new prompt (at least `--cache-reuse N` tokens long; the default, 0, turns this off). It deletes what lies in between and **shifts**
 each chunk down with `llama_memory_seq_add` (spec 3.4). The llama.cpp docs illustrate it with letters:
 cache `AAABCCCC`, new prompt `AAACCCC` → keep `AAA`, drop `B`, shift `CCCC` left. Below, `A`, `B` and
 `C` are three blocks of numbered sentences."""),
@@ -24,7 +24,11 @@ for e in eng.events.filter(["cache_reuse_shift"]):
 shifts = eng.slots[0].shifts
 assert (r0["timings"]["prompt_n"], r0["tokens_evaluated"], r0["tokens_cached"]) == (411, 411, 412)
 assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"], r["tokens_cached"]) == (320, 1, 321, 322)
-assert shifts == [(181, 411, 91, 321)] and shifts[0][1] - shifts[0][0] == 230"""),
+assert shifts == [(181, 411, 91, 321)]
+(a, b, c, d), = shifts
+old, new = eng.tokenize(f"{A} {B} {C}"), eng.tokenize(f"{A} {C}")
+assert list(old[a:b]) == list(new[c:d]) and b - a == d - c == 230   # the same 230 tokens (C), moved
+assert d == len(new) and a - c == len(old) - len(new)        # C ends the prompt; it moved down by B's length"""),
     md("""`cache_n` now counts the common prefix **and** the shifted chunk: only the tokens after it are
 prefilled. The strip below shows the slot before the request and the new prompt. The common prefix
 `[0, 91)` (`A`) is kept. The cells `[91, 181)` (`B`) are removed with `seq_rm`. The chunk `[181, 411)`
@@ -42,17 +46,24 @@ assert token_strip.segments(p) == ([(0, 91, "kept"), (91, 181, "dropped"), (181,
 token_strip.figure(eng, 1, title="AAABCCCC -> AAACCCC: A kept, B dropped, C shifted 90 positions down")"""),
     md("""## Why Gemma 3 needs `--swa-full`
 Gemma 3 uses sliding-window attention. Without `--swa-full` its window cache only holds the last 512
-positions plus a batch, so it cannot be shifted (`llama_memory_can_shift` is false). The server then
-ignores `n_cache_reuse` with a warning:"""),
+positions plus a batch, so it cannot be shifted (`llama_memory_can_shift` is false). The server checks
+that **once, at load**: `--cache-reuse N` on a context that cannot shift is switched off with a
+warning (`server-context.cpp`, `load_model`: `cache_reuse is not supported by this context, it will be
+disabled`), so requests get `n_cache_reuse` 0 by default. Only a request that sets `n_cache_reuse`
+itself meets the second, per-request warning. Both, on slotlab's engine with the server's texts:"""),
     code("""eng2 = Engine("-np 1 -c 4096 --cache-reuse 16", model=eng.model)
 print("can_shift:", eng2.ctx.can_shift)
-ask(eng2, f"{A} {B} {C}", 2)
-r2 = ask(eng2, f"{A} {C}", 2, n_cache_reuse=16); print(summary(r2))
-print([e.message for e in eng2.events.log if e.kind == "cache_reuse_unsupported"])
+print("at load:", [e.message for e in eng2.events.log if e.kind == "params"])
+ask(eng2, f"{A} {B} {C}", 2)                                      # task 0: n_cache_reuse from the server: 0
+r2 = ask(eng2, f"{A} {C}", 2, n_cache_reuse=16); print(summary(r2))  # task 1 asks for reuse itself
+unsupported = [(e.task, e.message) for e in eng2.events.log if e.kind == "cache_reuse_unsupported"]
+print("per request:", unsupported)
 assert not eng2.ctx.can_shift and not eng2.slots[0].shifts
-assert (r2["timings"]["cache_n"], r2["timings"]["prompt_n"], r2["tokens_evaluated"], r2["tokens_cached"]) == (0, 321, 321, 322)
-assert [e.message for e in eng2.events.log if e.kind == "cache_reuse_unsupported"] == \\
-    ["cache reuse is not supported - ignoring n_cache_reuse = 16"]"""),
+assert [e.message for e in eng2.events.log if e.kind == "params"] == \\
+    ["cache_reuse is not supported by this context, it will be disabled"]
+assert eng2.tasks[0].params.n_cache_reuse == 0 and eng2.tasks[1].params.n_cache_reuse == 16
+assert unsupported == [(1, "cache reuse is not supported - ignoring n_cache_reuse = 16")]   # task 0 asked for none
+assert (r2["timings"]["cache_n"], r2["timings"]["prompt_n"], r2["tokens_evaluated"], r2["tokens_cached"]) == (0, 321, 321, 322)"""),
     md("""`cache_n` is 0: not even the 91 tokens of `A`, which the prompt shares at the start, are reused.
 Skipping the shift does not explain that. The cause is the [checkpoint rule](01-tour.ipynb#The-checkpoint-rule)
 of notebook 01. Keeping `A` means cutting the slot back to `pos_next` 91. With `n_swa` 512 the
@@ -69,6 +80,14 @@ checkpoints.figure(eng2, [1])"""),
     md("""With `--swa-full` the window cache spans the whole context: `n_swa` counts as 0, the threshold is
 `pos_next` itself, and the slot can be cut back anywhere without a checkpoint. That is why the first
 engine kept `A` *and* could shift `C`.
+
+Other contexts cannot shift either, with the same two warnings: models with **M-RoPE** (several
+positions per token: Qwen2-VL, Qwen3-VL, and Qwen3.5, whose `llama_kv_cache::get_can_shift` returns
+false for `n_pos_per_embd() > 1`; a hybrid memory can shift only if its attention part can), and any
+server started with a **multimodal projector** (`--mmproj`), which switches `--cache-reuse` off at load
+(`cache_reuse is not supported by multimodal`). Recurrent state alone would shift; what Qwen3.5 lacks
+is the shift of its M-RoPE attention cache (notebook 09 prints its `can_shift False`), and `--swa-full`
+cannot give it that.
 
 ## What it saves
 Same two requests with and without `--cache-reuse`, on `--swa-full`:"""),

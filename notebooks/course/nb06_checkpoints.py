@@ -13,7 +13,13 @@ position: the [checkpoint rule](01-tour.ipynb#The-checkpoint-rule) of notebook 0
 when a cut-back needs a **checkpoint**, a PARTIAL_ONLY snapshot of the window cache. The server takes
 checkpoints while it processes a prompt, before each batch is decoded: `4 + n_ubatch` and 4 tokens
 before the prompt's end, and at user-message starts. When a later request diverges, it restores the
-newest usable one, or re-processes the whole prompt if none fits."""),
+newest usable one, or re-processes the whole prompt if none fits.
+
+Not every cut-back needs one. The window cache holds `n_swa + n_ubatch` cells per slot (`-ub` 512 by
+default: 1024 cells here), and masked cells stay until they are overwritten. A cut-back to `pos_next`
+needs no checkpoint while `pos_min`, the oldest position still held, is below `pos_next - n_swa`: on a
+long prompt, a cut-back within about `n_ubatch` tokens of the slot's end (case *near the end* below).
+The defaults: `--ctx-checkpoints 32` per slot, `--checkpoint-min-step 8192`, `-ub 512`, no `--swa-full`."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.figures import checkpoints
 from slotlab.lab import ask, summary
@@ -127,8 +133,14 @@ print([(k.task, k.pos_next, k.chosen) for k in ks])
 assert [(k.task, k.pos_next, k.chosen) for k in ks] == [(2, 848, None), (4, 487, (0, 369, 370)), (6, 169, None)]
 checkpoints.figure(eng, case_tasks)"""),
     md("""## How far apart: `--checkpoint-min-step` and its exceptions
-`--ctx-checkpoints` caps the list per slot (oldest evicted first), and `--checkpoint-min-step` (`-cms`)
-spaces them. A chat request (`message_delimiters`: user-message starts) of four turns and a question,
+`--ctx-checkpoints` caps the list per slot (default 32) and `--checkpoint-min-step` (`-cms`, default
+8192) spaces them. When a new checkpoint comes and the list is full (or one short of full),
+`create_checkpoint` first erases the checkpoints **of other requests** that lie within `-cms` of the
+previous one it keeps (`erasing context checkpoint too close to an earlier one`); only if the list is
+still full does it erase the oldest (`erasing old context checkpoint`, FIFO). A checkpoint at the same
+`n_tokens` as a new one is replaced (`superseding`, the *supersede* above).
+
+A chat request (`message_delimiters`: user-message starts) of four turns and a question,
 with `-cms 128`. Each line is one batch of the prompt: where the server ended it, and whether it took
 a checkpoint at the batch's start (spec 4.2):"""),
     code("""chat = "".join(f"<start_of_turn>user\\n{doc(f'ledger {i}', 8)}<end_of_turn>\\n<start_of_turn>model\\nFiled.<end_of_turn>\\n" for i in range(4))

@@ -12,7 +12,12 @@ The three plots:
 2. the checkpoint chain: each checkpoint's [pos_min, pos_max], the SWA window (the last n_swa
    positions of the slot), the slot's n_past, and the last checkpoint events (created / restored /
    evict / none) at the n_tokens they concern;
-3. evictions by reason against the event number (RAM-cache entries dropped, slots cleared)."""
+3. evictions by reason against the number of requests done before them (so an eviction while request
+   k runs, counting from 0, sits at k in sequential traffic): RAM-cache entries dropped, slots cleared;
+   one mark per request count and reason, with how many.
+
+Legends name only what is drawn (`legend_entries`), each entry once: plot 1's colours are where a
+slot's tokens came from, plot 2's marks are checkpoints and the window."""
 
 from __future__ import annotations
 
@@ -39,7 +44,18 @@ EVICTION_COLORS = dict(zip(EVICTION_REASONS, ("#e45756", "#f58518", "#eeca3b", "
 UNKNOWN_COLOR = "#888"
 TITLES = ("slot token timelines (this request's provenance)",
           "checkpoints [pos_min, pos_max], SWA window and n_past",
-          "evictions by reason (event #)")
+          "evictions by reason, per request")
+#: the x axis of plot 3
+EVICTION_XLABEL = "requests done before it"
+#: what the legend calls each provenance kind (plot 1): where the slot's tokens came from
+PROV_LABELS = {"kept": "kept in the slot", "cache": "loaded from a RAM-cache entry", "file": "restored from a slot file",
+               "checkpoint": "restored from a checkpoint", "shifted": "shifted (--cache-reuse)", "prefill": "prefilled",
+               "generated": "generated"}
+#: what the legend calls the marks of plot 2
+CHAIN_LABELS = {"window": "SWA window (last n_swa positions)", "checkpoint": "checkpoint [pos_min, pos_max]",
+                "n_past": "n_past (cache_n)", "divergence": "first differing token",
+                "created": "checkpoint created", "restored": "checkpoint restored", "evict": "checkpoint erased",
+                "none": "no usable checkpoint", "other": "other checkpoint event"}
 
 
 def window_rgba_css() -> str:
@@ -147,12 +163,37 @@ def checkpoint_chain(st: PanelState) -> tuple[Bars, Bars, Marks, Marks]:
 
 
 def evictions(st: PanelState) -> Marks:
-    """Plot 3: one mark per eviction, at its event number, on its reason's row."""
-    ev = list(st.evictions)
-    return Marks(x=[e[0] for e in ev], y=[e[2] for e in ev],
-                 hovertext=[f"event #{e[0]}: {e[2]}, {e[3]} tokens" + (f", slot {e[4]}" if e[4] >= 0 else "")
-                            for e in ev],
-                 color=[EVICTION_COLORS.get(e[2], UNKNOWN_COLOR) for e in ev])
+    """Plot 3: one mark per count of requests done and reason, on the reason's row; `symbol` holds how
+    many evictions the mark stands for (the static picture writes counts above 1 beside it)."""
+    groups: dict = {}
+    for seq, n_done, reason, n_tokens, slot in st.evictions:
+        g = groups.setdefault((n_done, reason), [])
+        g.append((seq, n_tokens, slot))
+    m = Marks()
+    for (n_done, reason), g in groups.items():
+        m.x.append(n_done)
+        m.y.append(reason)
+        what = ", ".join(f"{n} tokens" + (f" (slot {s})" if s >= 0 else "") for _, n, s in g)
+        m.hovertext.append(f"after {n_done} requests: {len(g)} x {reason}: {what} · event #{g[0][0]}"
+                           + (f"-{g[-1][0]}" if len(g) > 1 else ""))
+        m.symbol.append(len(g))
+        m.color.append(EVICTION_COLORS.get(reason, UNKNOWN_COLOR))
+    return m
+
+
+def legend_entries(d: FigureData) -> tuple[list, list]:
+    """(plot 1, plot 2): the legend entries of what `d` draws, as (key, label) pairs in drawing order;
+    key is a provenance kind (plot 1) or a CHAIN_LABELS key (plot 2)."""
+    one = [(k, PROV_LABELS.get(k, k)) for k in d.prov if d.prov[k].x]
+    if d.divergence.x:
+        one.append(("divergence", CHAIN_LABELS["divergence"]))
+    two = [(k, CHAIN_LABELS[k]) for k, b in (("window", d.window), ("checkpoint", d.checkpoints), ("n_past", d.n_past))
+           if b.x]
+    drawn = set(zip(d.checkpoint_events.symbol, d.checkpoint_events.color))
+    two += [(k, CHAIN_LABELS[k]) for k, sc in CHECKPOINT_MARKS.items() if sc in drawn]
+    if drawn - set(CHECKPOINT_MARKS.values()):
+        two.append(("other", CHAIN_LABELS["other"]))
+    return one, two
 
 
 def figure_data(st: PanelState) -> FigureData:

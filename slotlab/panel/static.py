@@ -16,11 +16,12 @@ import textwrap
 
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from slotlab.figures import png
 from slotlab.llama.build import LLAMA_CPP_BUILD
-from slotlab.panel.figure import (CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, N_PAST_COLOR, TITLES, UNKNOWN_MARK,
-                                  WINDOW_RGBA, CHECKPOINT_MARKS, FigureData, figure_data)
+from slotlab.panel.figure import (CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, EVICTION_XLABEL, N_PAST_COLOR, TITLES,
+                                  UNKNOWN_MARK, WINDOW_RGBA, CHECKPOINT_MARKS, FigureData, figure_data, legend_entries)
 from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
 from slotlab.units import MIB
 
@@ -103,6 +104,23 @@ def _marker(ax, xs, ys, symbol, color, size, **kw):
     return ax.scatter(xs, ys, marker=mk, s=size, facecolors="none", edgecolors=color, zorder=4, **kw)
 
 
+def _handle(key: str):
+    """The legend mark of a `figure.legend_entries` key, drawn as the plot draws it."""
+    if key in COLORS:
+        return Patch(color=COLORS[key])
+    if key == "divergence":
+        return Line2D([], [], color=DIVERGENCE_COLOR, marker="|", ls="", markersize=12, mew=2)
+    if key == "window":
+        return Patch(color=_rgba(WINDOW_RGBA))
+    if key == "checkpoint":
+        return Patch(color=CHECKPOINT_COLOR)
+    if key == "n_past":
+        return Line2D([], [], color=N_PAST_COLOR, marker="|", ls="", markersize=12, mew=2)
+    sym, col = CHECKPOINT_MARKS.get(key, UNKNOWN_MARK)
+    mk, filled = MARKERS[sym]
+    return Line2D([], [], color=col, marker=mk, ls="", markerfacecolor=col if filled else "none")
+
+
 def panel_figure(source, *, width: float = 10.0):
     """A matplotlib Figure of the live panel's three plots for `source`, plus the RAM-cache strip.
     The arrays it draws are on `fig.slotlab_data` (a `figure.FigureData`), its state on `fig.slotlab_state`."""
@@ -153,16 +171,22 @@ def panel_figure(source, *, width: float = 10.0):
         ax.grid(axis="x", color="#ddd", zorder=0)
     ax1.set_xlabel("token position (n_tokens)", labelpad=1)
     ax2.set_xlabel("token position (pos_min … pos_max, n_past)", labelpad=1)
-    # 3. evictions by reason
+    # 3. evictions by reason, per request (one mark per task and reason; a count beside it when above 1)
     ax3.set_title(TITLES[2], loc="left")
     if present:
         rp = {r: j for j, r in enumerate(present)}
         ev = d.evictions
         ax3.scatter(ev.x, [rp[r] for r in ev.y], c=ev.color, s=30, zorder=3)
+        for x, r, n in zip(ev.x, ev.y, ev.symbol):
+            if n > 1:
+                ax3.annotate(f"x{n}", (x, rp[r]), xytext=(4, 3), textcoords="offset points", fontsize=7, color="#444")
         ax3.set_yticks(range(len(present)), present)
         ax3.set_ylim(-0.6, len(present) - 0.4)
+        lo, hi = min(ev.x), max(ev.x)
+        ax3.set_xlim(lo - 0.5 - 0.04 * (hi - lo), hi + 0.5 + 0.06 * (hi - lo))
+        ax3.xaxis.set_major_locator(MaxNLocator(integer=True))   # a count of requests
         ax3.grid(axis="x", color="#ddd", zorder=0)
-        ax3.set_xlabel("event #", labelpad=1)
+        ax3.set_xlabel(EVICTION_XLABEL, labelpad=1)
     else:
         ax3.set_yticks([])
         ax3.set_xticks([])
@@ -170,17 +194,21 @@ def panel_figure(source, *, width: float = 10.0):
     # the RAM-cache strip
     axt.axis("off")
     axt.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8, transform=axt.transAxes)
-    # one legend at the right: every provenance colour (the palette teaches), then what plot 2 drew
-    handles = [Patch(color=COLORS[k], label=k) for k in PROVENANCE]
-    handles.append(Line2D([], [], color=DIVERGENCE_COLOR, marker="|", ls="", markersize=12, mew=2, label="divergence"))
-    handles.append(Patch(color=_rgba(WINDOW_RGBA), label="SWA window"))
-    handles.append(Patch(color=CHECKPOINT_COLOR, label="checkpoint"))
-    handles.append(Line2D([], [], color=N_PAST_COLOR, marker="|", ls="", markersize=12, mew=2, label="n_past"))
-    for kind, (sym, col) in CHECKPOINT_MARKS.items():
-        mk, filled = MARKERS[sym]
-        handles.append(Line2D([], [], color=col, marker=mk, ls="", markerfacecolor=col if filled else "none",
-                              label=f"checkpoint {kind}"))
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    # one legend at the right, of what plots 1 and 2 drew (nothing else, each entry once), under two headings
+    one, two = legend_entries(d)
+    handles, labels = [], []
+    for heading, entries in (("plot 1, where the tokens came from:", one), ("plot 2, checkpoints:", two)):
+        if entries:
+            if handles:
+                handles.append(Line2D([], [], ls="", marker=""))
+                labels.append(" ")
+            handles.append(Line2D([], [], ls="", marker=""))
+            labels.append(heading)
+            handles += [_handle(k) for k, _ in entries]
+            labels += [lab for _, lab in entries]
+    if handles:
+        fig.legend(handles=handles, labels=labels, loc="outside right upper", fontsize=8, frameon=False,
+                   handletextpad=0.6)
     fig.slotlab_data = d
     fig.slotlab_state = st
     return fig

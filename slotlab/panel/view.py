@@ -72,19 +72,22 @@ class Panel(w.VBox):
         fig = make_subplots(rows=3, cols=1, vertical_spacing=0.09, row_heights=[0.45, 0.35, 0.2],
                             subplot_titles=TITLES)
         self.fig = go.FigureWidget(fig)
-        for kind in PROVENANCE:
-            self.fig.add_bar(name=kind, orientation="h", marker_color=COLORS[kind], x=[], y=[], base=[],
-                             hovertext=[], hoverinfo="text", row=1, col=1, legendgroup="prov")
-        self.fig.add_scatter(name="divergence", mode="markers", marker_symbol="line-ns-open", marker_size=22,
+        for kind in PROVENANCE:  # legends name only what is drawn (`showlegend` follows the data in render)
+            self.fig.add_bar(name=figure.PROV_LABELS[kind], orientation="h", marker_color=COLORS[kind], x=[], y=[],
+                             base=[], hovertext=[], hoverinfo="text", row=1, col=1, legendgroup="prov",
+                             showlegend=False)
+        self.fig.add_scatter(name=figure.CHAIN_LABELS["divergence"], mode="markers", marker_symbol="line-ns-open",
+                             marker_size=22, showlegend=False,
                              marker_color=DIVERGENCE_COLOR, x=[], y=[], hovertext=[], hoverinfo="text", row=1, col=1)
-        self.fig.add_bar(name="SWA window", orientation="h", marker_color=figure.window_rgba_css(), x=[], y=[], base=[],
-                         hoverinfo="skip", row=2, col=1, showlegend=True)
-        self.fig.add_bar(name="checkpoint", orientation="h", marker_color=CHECKPOINT_COLOR, x=[], y=[], base=[],
-                         hovertext=[], hoverinfo="text", row=2, col=1, width=0.35)
-        self.fig.add_scatter(name="n_past", mode="markers", marker_symbol="line-ns-open", marker_size=18,
-                             marker_color=N_PAST_COLOR, x=[], y=[], row=2, col=1)
-        self.fig.add_scatter(name="checkpoint events", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
-                             marker=dict(size=11, symbol=[], color=[]), row=2, col=1)
+        self.fig.add_bar(name=figure.CHAIN_LABELS["window"], orientation="h", marker_color=figure.window_rgba_css(),
+                         x=[], y=[], base=[], hoverinfo="skip", row=2, col=1, showlegend=False)
+        self.fig.add_bar(name=figure.CHAIN_LABELS["checkpoint"], orientation="h", marker_color=CHECKPOINT_COLOR, x=[],
+                         y=[], base=[], hovertext=[], hoverinfo="text", row=2, col=1, width=0.35, showlegend=False)
+        self.fig.add_scatter(name=figure.CHAIN_LABELS["n_past"], mode="markers", marker_symbol="line-ns-open",
+                             marker_size=18, marker_color=N_PAST_COLOR, x=[], y=[], row=2, col=1, showlegend=False)
+        self.fig.add_scatter(name="checkpoint events (hover: which)", mode="markers", x=[], y=[], hovertext=[],
+                             hoverinfo="text", marker=dict(size=11, symbol=[], color=[]), row=2, col=1,
+                             showlegend=False)
         self.fig.add_scatter(name="eviction", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
                              marker_color=[], row=3, col=1, showlegend=False)
         self.fig.update_layout(barmode="overlay", height=300 + 80 * n, width=1000, margin=dict(l=70, r=150, t=40, b=30),
@@ -93,6 +96,7 @@ class Panel(w.VBox):
         for row in (1, 2):
             self.fig.update_yaxes(categoryorder="array", categoryarray=[f"slot {i}" for i in range(n)][::-1], row=row, col=1)
         self.fig.update_yaxes(categoryorder="array", categoryarray=list(EVICTION_REASONS), row=3, col=1)
+        self.fig.update_xaxes(title_text=figure.EVICTION_XLABEL, title_font_size=11, row=3, col=1)
 
         self.header = w.HTML()
         self.slot_table = w.HTML()
@@ -332,17 +336,22 @@ class Panel(w.VBox):
             b = d.prov[kind]
             tr = self.fig.data[j]
             tr.x, tr.y, tr.base, tr.hovertext = b.x, b.y, b.base, b.hovertext
+            tr.showlegend = bool(b.x)
         tr = self.fig.data[len(PROVENANCE)]
         tr.x, tr.y, tr.hovertext = d.divergence.x, d.divergence.y, d.divergence.hovertext
+        tr.showlegend = bool(d.divergence.x)
 
     def _render_checkpoints(self, st: PanelState, d: figure.FigureData | None = None) -> None:
         d = d or figure.figure_data(st)
         k0 = len(PROVENANCE) + 1
         t = self.fig.data[k0]
         t.x, t.y, t.base = d.window.x, d.window.y, d.window.base
+        t.showlegend = bool(d.window.x)
         t = self.fig.data[k0 + 1]
         t.x, t.y, t.base, t.hovertext = d.checkpoints.x, d.checkpoints.y, d.checkpoints.base, d.checkpoints.hovertext
+        t.showlegend = bool(d.checkpoints.x)
         self.fig.data[k0 + 2].x, self.fig.data[k0 + 2].y = d.n_past.x, d.n_past.y
+        self.fig.data[k0 + 2].showlegend = bool(d.n_past.x)
         # the last checkpoint events, at the n_tokens they concern: created / restored / evict / none
         m = d.checkpoint_events
         t = self.fig.data[k0 + 3]

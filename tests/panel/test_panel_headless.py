@@ -49,7 +49,7 @@ def test_rows_and_provenance_equal_the_engine(run):
     assert kinds["prefill"][1] - kinds["prefill"][0] == last.result["timings"]["prompt_n"]
     assert kinds["generated"] == (last.result["tokens_evaluated"], len(slot.tokens))
     # the figure carries the same spans
-    bars = {tr.name: list(zip(tr.base, tr.x, tr.y)) for tr in p.fig.data[: len(PROVENANCE)]}
+    bars = {kind: list(zip(tr.base, tr.x, tr.y)) for kind, tr in zip(PROVENANCE, p.fig.data)}
     assert (0, kinds["cache"][1], f"slot {slot.id}") in bars["cache"]
     assert "RAM entry #" in sv.why and f"{last.result['timings']['cache_n']} tokens reused" in sv.why
 

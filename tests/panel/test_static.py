@@ -9,7 +9,7 @@ import pytest
 from slotlab.engine.scheduler import Engine
 from slotlab.figures import png
 from slotlab.panel import Panel, PanelState
-from slotlab.panel.figure import COLORS, figure_data
+from slotlab.panel.figure import COLORS, PROV_LABELS, figure_data, legend_entries
 from slotlab.panel.state import PROVENANCE
 from slotlab.panel.static import panel_figure, panel_image, panel_png, panel_state
 
@@ -43,7 +43,7 @@ def test_the_static_data_are_the_live_traces(run):
     assert list(p.fig.layout.xaxis.range) == d.x_range
     for j, kind in enumerate(PROVENANCE):
         b = d.prov[kind]
-        assert p.fig.data[j].name == kind
+        assert p.fig.data[j].name == PROV_LABELS[kind] and p.fig.data[j].showlegend == bool(b.x)
         assert _trace(p.fig.data[j], "x", "y", "base", "hovertext") == (b.x, b.y, b.base, b.hovertext)
     k = len(PROVENANCE)
     assert _trace(p.fig.data[k], "x", "y", "hovertext") == (d.divergence.x, d.divergence.y, d.divergence.hovertext)
@@ -101,3 +101,41 @@ def test_png_is_deterministic_small_and_the_same_from_any_source(run):
     assert panel_state(p) is p.state
     with pytest.raises(TypeError):
         panel_state(object())
+
+
+def test_the_legend_names_only_what_is_drawn_once_each(run):
+    e, p = run
+    fig = panel_figure(e)
+    d = fig.slotlab_data
+    one, two = legend_entries(d)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    entries = [lab for lab in labels if lab.strip() and not lab.startswith("plot ")]
+    assert entries == [lab for _, lab in one + two] and len(set(entries)) == len(entries)
+    assert [k for k, _ in one] == [k for k in PROVENANCE if d.prov[k].x] + (["divergence"] if d.divergence.x else [])
+    assert not d.prov["file"].x and PROV_LABELS["file"] not in labels   # no slot file in this run: no entry
+    assert "checkpoint created" in entries and "checkpoint [pos_min, pos_max]" in entries
+
+
+def test_evictions_are_drawn_per_request(model):
+    """Plot 3's x axis is the request (task id) an eviction happened in: on a unified pool the idle-slot
+    loop clears the previous request's slot when the next one launches."""
+    e = Engine("-np 2 -kvu -c 2048", model=model)
+    try:
+        for q in (P, "Translate to German: the weather is lovely today.", P + " And the Sava?"):
+            t = e.submit(q, n_predict=4)
+            e.run_until(lambda: t.done)
+        st = PanelState.from_bus(e.events)
+        d = figure_data(st)
+        done, evicted = 0, []
+        for ev in e.events.log:   # each eviction at the number of requests done before it
+            done += ev.kind == "task_done"
+            if ev.kind == "cache_evict" or ev.kind == "slot_clear" and ev.data["reason"] in ("idle_clear", "purge") \
+                    and ev.data["n_tokens"] > 0:
+                evicted.append((done, ev.data["reason"]))
+        assert evicted and sorted(zip(d.evictions.x, d.evictions.y)) == sorted(set(evicted))
+        assert {x for x, r in evicted if r == "idle_clear"} == {1, 2}   # the idle-slot loop, at requests 1 and 2
+        assert sum(d.evictions.symbol) == len(evicted)
+        ax3 = panel_figure(st).axes[2]
+        assert ax3.get_xlabel() == "requests done before it"
+    finally:
+        e.close()
