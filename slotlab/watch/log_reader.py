@@ -97,6 +97,7 @@ class _Slot:
     plan: dict | None = None  # the prompt start under way (from `new prompt` to the first `cached n_tokens`)
     lcp_hint: int | None = None  # lcp with the prompt of the task being launched, from its selection
     sig: tuple | None = None
+    restored: "_Spec | None" = None  # the inferred `slot_restored` whose length a later line may still give
 
 
 @dataclass
@@ -185,6 +186,8 @@ class LogReader:
         self._clear_reason: dict[int, str] = {}
         self._pending_clear: _Spec | None = None  # a clear outside any context: an erase, or a failed restore
         self._state_load_error = False
+        self._launch_first: _Spec | None = None  # the first event of the last selection (a silent restore goes before)
+        self._launch_task = -1  # the task that selection launched
         self._sps_on = False  # a similarity line was printed: -sps is not 0 (fixed for the server's life)
         # values that need the prompt length, which the server prints after the launch (`new prompt`)
         self._fixes: list = []
@@ -314,6 +317,37 @@ class LogReader:
             if e.id == entry_id:
                 return i
         return -1
+
+    # ------------------------------------------------------------------ restores the log does not print
+
+    def _silent_restore(self, s: _Slot, n_tokens: int | None, before: _Spec | None = None) -> None:
+        """`POST /slots/N?action=restore` succeeded: the server logs nothing, but a later line shows the
+        idle slot holding tokens no line put there. The inferred `slot_restored` goes before `before` (the
+        first held event of the selection that showed it) and says what the log lacks: the file name is
+        "" and the bytes read -1, the length -1 until a line gives it (`_slot_length`). When `before`
+        was already emitted (a launch, then the idle-slot save that showed the restore), the event's
+        `task` names the task launched then: the restore came before it."""
+        sp = _Spec(T.SLOT_RESTORED, "", "TRC", s.id, -1, {
+            "filename": "", "n_tokens": -1 if n_tokens is None else n_tokens, "n_bytes": -1,
+            "n_bytes_appendix": -1, "n_checkpoints": 0}, self._t)
+        idx = next((i for i, x in enumerate(self._out) if x is before), None) if before is not None else None
+        if before is not None and idx is None and before is self._launch_first:
+            sp.task = self._launch_task
+        self._out.insert(len(self._out) if idx is None else idx, sp)
+        s.restored = sp if n_tokens is None else None
+        s.n_tokens, s.checkpoints, s.origin = n_tokens, [], FILE_UNKNOWN
+
+    def _slot_length(self, s: _Slot, n: int, before: _Spec | None = None) -> None:
+        """A line printed the idle slot's length `n` (a save, a clear): a length other than the one the
+        reader keeps is a silent restore; an inferred restore still held gets its length."""
+        if s.state != "idle":
+            return
+        if s.n_tokens is None and s.origin == FILE_UNKNOWN:
+            if s.restored is not None and any(x is s.restored for x in self._out):
+                s.restored.data["n_tokens"] = n
+            s.restored, s.n_tokens = None, n
+        elif s.n_tokens is not None and s.n_tokens != n:
+            self._silent_restore(s, n, before)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -496,9 +530,10 @@ class LogReader:
         sel.seen.add(ln.slot)
         sel.sps_on = self._sps_on = True
         s = self.slot(ln.slot)
-        if s.n_tokens:  # the slot was emptied without a line (a failed restore shows one: this is a safety net)
-            s.n_tokens, s.checkpoints, s.origin = 0, [], "slot"
-        s.n_tokens = 0
+        # a slot the reader holds full, emptied without a line (a failed restore and an erase print
+        # `clearing prompt`): a restore of a file saved from an empty slot, or reading from the middle;
+        # no golden log has one, so no restore is inferred from it
+        s.n_tokens, s.checkpoints, s.origin = 0, [], "slot"
         self._spec(T.SLOT_SKIP, ln.msg, level=level, slot=ln.slot, new_task=True)
 
     def _on_sim(self, m, ln, level):
@@ -511,9 +546,10 @@ class LogReader:
         sel.checks[ln.slot] = (lcp, n, f_sim)
         s = self.slot(ln.slot)
         sel.n_held[ln.slot] = s.n_tokens
-        if s.n_tokens == 0 and s.state == "idle":
-            # the slot holds tokens no line put there: `POST /slots?action=restore` (the server logs nothing)
-            s.n_tokens, s.checkpoints, s.origin = None, [], FILE_UNKNOWN
+        if s.state == "idle" and s.n_tokens is not None and (s.n_tokens == 0 or lcp > s.n_tokens):
+            # the slot holds tokens no line put there (an empty slot prints `skipping, slot is empty`; no
+            # slot shares more than it holds): `POST /slots/N?action=restore`, which the server does not log
+            self._silent_restore(s, None, before=sel.specs[0] if sel.specs else None)
         thold = np.float32(_f(m.group(4)))
         sel.thold = float(thold)
         if np.float32(f_sim) > np.float32(sel.f_sim_best) and np.float32(f_sim) > thold:
@@ -623,6 +659,8 @@ class LogReader:
             return
         dec = _Spec(T.SLOT_DECISION, "", "TRC", slot, task, self._decision(sel, slot), self._t)
         self._out.append(dec)
+        self._launch_first = sel.specs[0] if sel.specs else dec
+        self._launch_task = task
         if sel.load is True and sel.n_task is None and self._fixes:
             lcp = (sel.load_result or {}).get("_lcp")
             self._fixes.append(lambda n, d=dec.data: d.update(f_sim_best=float(f32_ratio(lcp, n))))
@@ -914,6 +952,8 @@ class LogReader:
     def _on_clear(self, m, ln, level):
         s = self.slot(ln.slot)
         n = int(m.group(1))
+        if self._sel is None:
+            self._slot_length(s, n)
         reason = self._clear_reason.pop(ln.slot, None)
         if reason is None and self._idle == ln.slot:
             reason = "idle_clear"
@@ -1007,6 +1047,9 @@ class LogReader:
         id_task = s.task_prev if s is not None and s.task < 0 else (s.task if s is not None else -1)
         if s is not None and self._sel is not None and s.task >= 0:  # a busy slot requested by id
             id_task = s.task_prev
+        if s is not None:
+            self._slot_length(s, n, before=self._sel.specs[0] if self._sel is not None and self._sel.specs
+                              else self._launch_first)
         self._cspec(T.CACHE_SAVE, ln, level, n_tokens=n, size_tgt=total - dft, size_dft=dft, id_slot=slot,
                     id_task=id_task)
         ck = [list(c) for c in s.checkpoints] if s is not None else []
@@ -1313,8 +1356,12 @@ def requests_json(events: Iterable) -> list[dict]:
     the engine's): completions in task-id order (= arrival order) with slot, cache_n, prompt_n,
     tokens_evaluated, tokens_cached, status and error (`content` is None: the log has no text); slot
     actions where the events show them: erase (`slot_clear` reason `erase`), save / restore
-    (`slot_saved` / `slot_restored`, engine only: the server logs nothing for them) and their errors
-    (a `task_error` of a task that never ran in a slot)."""
+    (`slot_saved` / `slot_restored`) and their errors (a `task_error` of a task that never ran in a slot).
+
+    The server logs nothing for a successful save or restore: a log reader infers a restore from what
+    follows it (`slot_restored` with filename ""), and its row holds None where the log has no value,
+    with those fields named in `lacks` (`slotlab.watch.http_side.fill` takes them from the HTTP
+    answers); a successful save leaves no trace in the log at all, so it has no row here."""
     comps: dict[int, dict] = {}
     rows: list[tuple[float, int, dict]] = []  # (order key, position, result)
     max_task = -1
@@ -1360,10 +1407,17 @@ def requests_json(events: Iterable) -> list[dict]:
         elif k == T.SLOT_SAVED:
             add(e.task, {"action": "save", "status": 200, "reply": {
                 "id_slot": e.slot, "filename": d["filename"], "n_saved": d["n_tokens"], "n_written": d["n_bytes"]}})
+        elif k == T.SLOT_RESTORED and not d["filename"]:  # inferred from a log: the server printed nothing
+            reply = {"id_slot": e.slot, "filename": None, "n_restored": d["n_tokens"] if d["n_tokens"] >= 0 else None,
+                     "n_read": None}
+            # before the task it names (the one whose launch showed it), else after what was seen so far
+            add(e.task - 0.5 if e.task >= 0 else max_task + 0.5,
+                {"action": "restore", "status": 200, "reply": reply, "lacks": [f for f, v in reply.items() if v is None]})
         elif k == T.SLOT_RESTORED:
             add(e.task, {"action": "restore", "status": 200, "reply": {
                 "id_slot": e.slot, "filename": d["filename"], "n_restored": d["n_tokens"], "n_read": d["n_bytes"]}})
-        if e.task > max_task and k in (T.TASK_LAUNCHED, T.TASK_ERROR, T.TASK_DONE, T.SLOT_SAVED, T.SLOT_RESTORED):
+        if e.task > max_task and (k in (T.TASK_LAUNCHED, T.TASK_ERROR, T.TASK_DONE, T.SLOT_SAVED)
+                                  or (k == T.SLOT_RESTORED and d["filename"])):
             max_task = e.task
     rows.sort(key=lambda r: (r[0], r[1]))
     return [r for _, _, r in rows]
