@@ -198,7 +198,7 @@ class Watch:
         ln = parse_line(line)
         if ln.src != "srv":
             return False
-        seen_start = self.reader._init_pending is not None or self.reader.n_slots > 0
+        seen_start = self.reader.startup_seen or self.reader.n_slots > 0
         if ln.msg.startswith("initializing ...") or ln.msg.startswith("initializing, n_slots"):
             return seen_start
         return False
@@ -274,7 +274,7 @@ class Watch:
         if not view.up or self._props_init or view.n_slots is None:
             return
         rd = self.reader
-        if rd._init_pending is not None or rd._init_done:
+        if rd.startup_seen:
             return
         if self.child is not None or (self.follower is not None and time.time() - self._t_start < 2.0):
             return  # the start-up lines will come (or may still come)
@@ -353,7 +353,7 @@ class Watch:
                               f"{int(m.get('tokens_predicted_total', 0))}, deferred {int(m.get('requests_deferred', 0))}"
                               if m else ""))
                 out += v.slot_lines()
-        if self.reader.n_lines and not self.reader._has_trc:
+        if self.reader.n_lines and not self.reader.has_trc:
             out.append("log below -lv 4 (no TRC lines): no similarity scores, RAM-cache saves / loads, checkpoints "
                        "or provenance; start the server with -lv 4 for those")
         out.append(NO_TOKEN_TEXT)
