@@ -317,9 +317,11 @@ def cmd_watch(argv: list[str]) -> int:
     ap.add_argument("--duration", type=float, help="stop watching after this many seconds (default: Ctrl-C)")
     ap.add_argument("--twin", action="store_true", help="run slotlab's engine on the requests a proxy in front of "
                                                         "--url sees, and report the first decision that differs")
-    ap.add_argument("--proxy-port", type=int, help="with --twin: the proxy's port (default: a free one)")
+    ap.add_argument("--proxy-port", type=int, help="the recording proxy's port (default: a free one); with --url "
+                                                   "and no --twin it only records, so the slot actions' answers "
+                                                   "the log lacks are known")
     ap.add_argument("--twin-flags", help="with --twin: slotlab's flags (default: the server's, from its log)")
-    ap.add_argument("--record", help="with --twin: also record the traffic as a trace file")
+    ap.add_argument("--record", help="record the proxy's traffic as a trace file (with --url: starts the proxy)")
     ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
     ap.add_argument("--events", help="also write every event as JSON lines to this file")
     ap.add_argument("--why", action="store_true", help="explain each miss the log shows (a request that reused less "

@@ -90,7 +90,8 @@ ADDED: tuple[Added, ...] = (
           "which RAM-cache entries were removed to make room for a new one before it was saved"),
     Added(9978, ("ckpt_too_close",), "which context checkpoints were erased for being too close to an earlier one"),
     Added(10178, ("skip_busy", "skip_empty", "sim"),
-          "which slots the LCP selection skipped (busy or empty) and each idle slot's similarity"),
+          "which slots the LCP selection skipped (busy or empty) and each idle slot's similarity, and so "
+          "every successful slot restore (the reader sees one by the similarity of a slot it holds empty)"),
     Added(10178, ("load_score",), "each RAM-cache entry's lcp, f_keep and f_sim when a better prompt was looked for"),
     Added(11312, ("ckpt_supersede",), "which context checkpoints a new one at the same n_tokens superseded"),
 )

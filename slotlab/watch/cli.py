@@ -120,6 +120,15 @@ def run_live(args, command: list[str] | None, out=None) -> int:
             watch.attach_twin(twin)
             print(f"slotlab watch: twin running; send your requests to the proxy at {proxy.url}", file=sys.stderr,
                   flush=True)
+        elif args.url and (args.proxy_port is not None or args.record):
+            from slotlab.proxy import ProxyServer
+
+            # no twin: the proxy only records, so the slot actions' answers (not in the log) are known
+            proxy = ProxyServer(args.url, port=args.proxy_port, record=args.record).start()
+            print(f"slotlab watch: recording proxy running; send your requests to {proxy.url}", file=sys.stderr,
+                  flush=True)
+        if proxy is not None:
+            watch.attach_recorder(proxy.recorder)
         deadline = time.monotonic() + args.duration if args.duration else None
         while deadline is None or time.monotonic() < deadline:
             if watch.state.startswith(("exited", "could not")):

@@ -21,7 +21,12 @@ empty idle snapshot, and a fresh `LogReader` reads the new process (its task ids
 
 Panel controls: `send` posts a `/completion` to `url` (in a thread), save / restore / erase post the
 slot actions; stepping, pausing and clearing the RAM cache are not things a real server offers and
-say so in the panel's status line."""
+say so in the panel's status line.
+
+The HTTP side: the server logs nothing for a successful slot save or restore, so `results()` takes
+their answers from whoever saw them (`slotlab.watch.http_side.fill`): a recording proxy given to
+`attach_recorder` (`slotlab watch --twin` / `--proxy-port`: every request), else the slot actions the
+panel's controls sent."""
 
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from slotlab.engine import event_types as T
 from slotlab.engine.events import EventBus
 from slotlab.errors import SlotlabError
 from slotlab.watch.follow import ChildProcess, FileFollower
+from slotlab.watch.http_side import fill
 from slotlab.watch.lines import parse_line
 from slotlab.watch.log_reader import LogReader, requests_json
 from slotlab.watch.poll import ServerPoller, auth_headers
@@ -86,6 +92,9 @@ class Watch:
         self._props_init = False
         self._t_start = 0.0
         self._on_event = on_event
+        self.recorder = None  # a slotlab.proxy Recorder that sees the clients' requests (attach_recorder)
+        self._sent_actions: list[dict] = []  # the panel's slot actions, answered (with `_after`)
+        self._n_launched = 0  # tasks launched so far (where a sent action falls among the completions)
         self.events.subscribe(self._observe)
         if self.command:
             self.child: ChildProcess | None = ChildProcess(self.command, tee=self.log_path)
@@ -189,7 +198,7 @@ class Watch:
         ln = parse_line(line)
         if ln.src != "srv":
             return False
-        seen_start = self.reader._init_pending is not None or self.reader.n_slots > 0
+        seen_start = self.reader.startup_seen or self.reader.n_slots > 0
         if ln.msg.startswith("initializing ...") or ln.msg.startswith("initializing, n_slots"):
             return seen_start
         return False
@@ -244,6 +253,8 @@ class Watch:
     # ------------------------------------------------------------------ bus observers and notes
 
     def _observe(self, ev) -> None:
+        if ev.kind == T.TASK_LAUNCHED:
+            self._n_launched += 1
         if ev.kind == T.CACHE_STATE:
             self._gauge = {k: ev.data[k] for k in ("n_entries", "size", "n_tokens", "limit_size", "limit_tokens",
                                                    "limit_tokens_cur")}
@@ -270,7 +281,7 @@ class Watch:
         if not view.up or self._props_init or view.n_slots is None:
             return
         rd = self.reader
-        if rd._init_pending is not None or rd._init_done:
+        if rd.startup_seen:
             return
         if self.child is not None or (self.follower is not None and time.time() - self._t_start < 2.0):
             return  # the start-up lines will come (or may still come)
@@ -281,6 +292,12 @@ class Watch:
                                      "(kv_unified, n_swa, --cache-ram not known)", level="INF",
                              n_slots=n, n_ctx_slot=c, kv_unified=False, n_swa=0, cache_ram=8192,
                              flags=["-np", str(n)], draft=False, sps=0.1)
+
+    def attach_recorder(self, recorder):
+        """The recording proxy in front of the server (a `slotlab.proxy.record.Recorder`): `results()`
+        takes the slot actions' answers, which the log does not print, from it."""
+        self.recorder = recorder
+        return recorder
 
     def attach_twin(self, twin):
         """Show `twin` (a slotlab.watch.twin.Twin) beside this server: its first difference from the
@@ -297,6 +314,11 @@ class Watch:
         bounds = self.epochs + [float("inf")]
         for a, b in zip(bounds, bounds[1:]):
             out += requests_json(e for e in evs if a <= e.seq < b)
+        if self.recorder is not None:
+            return fill(out, [r for r in self.recorder.trace()["results"] if r is not None])
+        if self._sent_actions:
+            sent = list(self._sent_actions)
+            return fill(out, sent, after=[r["_after"] for r in sent])
         return out
 
     @property
@@ -340,7 +362,7 @@ class Watch:
                 out += v.slot_lines()
         if self.reader.n_lines:
             out.append(self.reader.build.line())  # the llama.cpp build the log names, and what its log lacks
-        if self.reader.n_lines and not self.reader._has_trc:
+        if self.reader.n_lines and not self.reader.has_trc:
             out.append("log below -lv 4 (no TRC lines): no similarity scores, RAM-cache saves / loads, checkpoints "
                        "or provenance; start the server with -lv 4 for those")
         out.append(NO_TOKEN_TEXT)
@@ -357,7 +379,7 @@ class Watch:
 
     # ------------------------------------------------------------------ panel controls
 
-    def _post(self, path: str, body: dict) -> _Sent:
+    def _post(self, path: str, body: dict, action: str | None = None) -> _Sent:
         if not self.url:
             raise SlotlabError("this watch has no --url: it cannot send requests to the server")
         import httpx
@@ -369,6 +391,11 @@ class Watch:
                 r = httpx.post(self.url + path, json=body, headers=auth_headers(self.api_key), timeout=600,
                                trust_env=False)
                 sent.result = (r.status_code, r.json() if r.content else None)
+                if action is not None:  # the answer the log will not print
+                    st, rep = sent.result
+                    rep = rep if st == 200 else {"error": (rep or {}).get("error") if isinstance(rep, dict) else None}
+                    self._sent_actions.append({"action": action, "status": st, "reply": rep,
+                                               "_after": self._n_launched})
             except Exception as exc:
                 sent.error = SlotlabError(f"{type(exc).__name__}: {exc}")
             sent.done.set()
@@ -382,7 +409,7 @@ class Watch:
 
     def slot_action(self, action: str, id_slot: int, filename: str | None = None) -> _Sent:
         body = {"filename": filename} if filename else {}
-        return self._post(f"/slots/{int(id_slot)}?action={action}", body)
+        return self._post(f"/slots/{int(id_slot)}?action={action}", body, action=action)
 
     def clear_cache(self):
         raise SlotlabError("llama-server has no endpoint that clears its RAM prompt cache")

@@ -334,7 +334,7 @@ class Twin:
             evs = w.events.replay().events
             real_events = [e for e in evs if e.seq >= w.epochs[-1]]
             if has_trc is None:
-                has_trc = w.reader._has_trc
+                has_trc = w.reader.has_trc
         real_events = list(real_events)
         if has_trc is None:
             has_trc = any(e.level == "TRC" and e.message for e in real_events)

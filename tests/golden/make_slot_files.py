@@ -4,10 +4,15 @@
 - data/unified_np2.bin: from a unified 2-slot context (a non-unified server must refuse it);
 - data/slotlab_sckp.bin: from a default-flag 2-slot context, with slotlab's SCKP checkpoint appendix
   (--slot-appendices, an opt-in extension)
-  after the standard body (a stock server restores the body and ignores the appendix)."""
+  after the standard body (a stock server restores the body and ignores the appendix);
+- data/damaged.bin: a slot file's header (magic, state version 3, 4 tokens) over a body no memory can
+  read (one stream of 2**24 cells): the server reads the tokens, then fails to restore the state;
+- data/not_a_slot.bin: a text file (wrong magic: refused before any token is read).
+The last two hold no model data, so they fail the same way on every model (golden `slot_actions`)."""
 
 from __future__ import annotations
 
+import struct
 import tempfile
 from pathlib import Path
 
@@ -30,8 +35,17 @@ def make(flags: list[str], prompt: str, out: Path) -> None:
         e.close()
 
 
+def damaged(out: Path) -> None:
+    """A header the server accepts (magic 'ggsq', version 3, 4 tokens) and a body it cannot restore."""
+    tokens = [2, 10, 20, 30]
+    body = struct.pack("<II", 1, 1 << 24) + bytes(56)  # n_stream 1, then more cells than any cache holds
+    out.write_bytes(struct.pack("<III", 0x67677371, 3, len(tokens)) + struct.pack(f"<{len(tokens)}i", *tokens) + body)
+
+
 def main() -> None:
     DATA.mkdir(exist_ok=True)
+    damaged(DATA / "damaged.bin")
+    (DATA / "not_a_slot.bin").write_bytes(b"this is not a llama.cpp slot file\n")
     make(["-np", "2", "-kvu", "-c", "4096", "--swa-full"], doc("rivers", 1), DATA / "unified_np2.bin")
     make(["-np", "2", "-c", "4096", "--slot-appendices"], doc("lighthouses", 3), DATA / "slotlab_sckp.bin")
 

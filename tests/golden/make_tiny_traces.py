@@ -175,6 +175,30 @@ def scenarios() -> dict[str, tuple[list[str], list[dict], dict]]:
                          ("assistant", "Main line."), ("user", "Thanks.")]), id_slot=1),
     ], {})
 
+    # 7b. slot actions among id_slot traffic (issue 20): a save, an erase, restores into the same and
+    # the other slot, failed restores (missing file, damaged body, not a slot file) into an empty and a
+    # full slot, and what the next requests get
+    talk = [("system", "You are a chess coach."), ("user", "Review 1. d4 d5 2. c4."), ("assistant", "The Queen's Gambit."),
+            ("user", "And 2... e6?")]
+    more = talk + [("assistant", "Declined; classical."), ("user", "Then 3. Nc3?")]
+    s["slot_actions"] = (["-np", "2", "-kvu", "-c", "512"], [
+        req(chat(talk), id_slot=0),
+        {"action": "save", "id_slot": 0, "filename": "gambit.bin"},
+        {"action": "erase", "id_slot": 0},
+        {"action": "restore", "id_slot": 1, "filename": "gambit.bin"},
+        req(chat(more), id_slot=1),
+        {"action": "restore", "id_slot": 0, "filename": "missing.bin"},
+        {"action": "restore", "id_slot": 0, "filename": "damaged.bin"},
+        {"action": "restore", "id_slot": 0, "filename": "gambit.bin"},
+        req(chat(talk), id_slot=0),
+        {"action": "restore", "id_slot": 1, "filename": "not_a_slot.bin"},  # a full slot: cleared, 400
+        req(chat(more)),
+        {"action": "save", "id_slot": 1, "filename": "more.bin"},
+        {"action": "erase", "id_slot": 1},
+        {"action": "restore", "id_slot": 1, "filename": "more.bin"},
+        req(chat(more + [("assistant", "Main line."), ("user", "Thanks.")]), id_slot=1),
+    ], {"files": {"damaged.bin": "../data/damaged.bin", "not_a_slot.bin": "../data/not_a_slot.bin"}})
+
     # 8. idle-slot clearing: a new task saves the idle slots to the RAM cache and clears them (default),
     # and with --no-cache-idle-slots they keep their memory
     def ticket(u: str, k: int) -> str:

@@ -187,6 +187,32 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
         {"action": "restore", "id_slot": 1, "filename": "other_layout.bin"},
         req(p2 + " Deep?", 3, id_slot=1),
     ], "files": {"other_layout.bin": "../data/unified_np2.bin"}}
+    # slot actions among id_slot traffic (issue 20): what follows a save, an erase, a restore, and
+    # failed restores (a missing file, a damaged body, a file that is no slot file) in an empty and in a
+    # full slot; unified KV so a restored slot competes in LCP selection and is saved as an idle slot
+    p3, p4 = doc("windmills", 6), doc("canals", 5)
+    t["slot_actions"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", "--swa-full"], "requests": [
+        req(p3, 3, id_slot=0),
+        {"action": "save", "id_slot": 0, "filename": "windmills.bin"},
+        req(p4, 3, id_slot=0),                                  # slot 0 changes hands: its prompt goes to RAM
+        {"action": "erase", "id_slot": 0},
+        {"action": "restore", "id_slot": 1, "filename": "windmills.bin"},
+        req(p3 + " Which sails?", 3),                           # LCP selection finds the restored slot 1
+        {"action": "restore", "id_slot": 0, "filename": "missing.bin"},
+        {"action": "restore", "id_slot": 0, "filename": "damaged.bin"},
+        {"action": "restore", "id_slot": 0, "filename": "windmills.bin"},
+        req(p3 + " Which mills?", 3, id_slot=0),
+        {"action": "erase", "id_slot": 1},
+        {"action": "save", "id_slot": 1, "filename": "empty.bin"},  # an empty slot saves too
+        {"action": "restore", "id_slot": 1, "filename": "windmills.bin"},
+        req(p4 + " Locks?", 3, id_slot=0),                      # the restored slot 1 goes to RAM as idle
+        {"action": "restore", "id_slot": 0, "filename": "not_a_slot.bin"},  # a full slot: cleared, 400
+        {"action": "erase", "id_slot": 0},
+        req(p3 + " Which sails?", 3),
+        {"action": "save", "id_slot": 3, "filename": "wrapped.bin"},  # id 3 of 2 slots
+        {"action": "restore", "id_slot": 0, "filename": "wrapped.bin"},
+        req(p3 + " Which sails? Again.", 3, id_slot=0),
+    ], "files": {"damaged.bin": "../data/damaged.bin", "not_a_slot.bin": "../data/not_a_slot.bin"}}
     # a slot file written by slotlab, with its SCKP appendix, restored by the real server
     t["slot_file_from_slotlab"] = {"flags": ["-np", "2", "-c", "4096"], "requests": [
         {"action": "restore", "id_slot": 0, "filename": "from_slotlab.bin"},

@@ -139,7 +139,7 @@ def test_a_reader_bug_on_one_line_is_reported_and_the_rest_is_read(monkeypatch):
     def boom(*a):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(rd, "_on_by_lru", boom)
+    monkeypatch.setattr(rd.selection, "on_by_lru", boom)
     ev = [e for ln in lines for e in rd.feed(ln)] + rd.flush()
     assert rd.problems and "RuntimeError: boom" in rd.problems[0]
     assert len([r for r in requests_json(ev) if "action" not in r and r["status"] == 200]) == 5

@@ -41,10 +41,11 @@ def one(events, kind):
     return found[0]
 
 
-def lru(sid, *cache, n_other=1):
-    """A selection of slot `sid` by LRU (the other slot empty) with the RAM-cache step `cache` lines."""
+def lru(sid, *cache, n_other=1, other_line=" - skipping, slot is empty"):
+    """A selection of slot `sid` by LRU with the RAM-cache step `cache` lines; the other slot empty
+    (`other_line`: its similarity check when it holds tokens)."""
     other = 1 - sid
-    return [slot("get_availabl", other, -1, " - skipping, slot is empty"),
+    return [slot("get_availabl", other, -1, other_line),
             slot("get_availabl", sid, -1, "selected slot by LRU, t_last = -1"),
             srv("get_availabl", "updating prompt cache"), *cache,
             srv("get_availabl", "prompt cache update took 0.02 ms")]
@@ -68,14 +69,16 @@ def with_entry():
     """Start-up, a request on slot 1 (23 tokens held), a request on slot 0 that saves slot 1 as entry 0."""
     return (start() + lru(1, srv("load", " - looking for better prompt, base f_keep = -1.000, f_sim = 0.000"), STATE0)
             + request(1, 0, 20)
-            + lru(0, srv("load", " - looking for better prompt, base f_keep = -1.000, f_sim = 0.000"), STATE0)
+            + lru(0, srv("load", " - looking for better prompt, base f_keep = -1.000, f_sim = 0.000"), STATE0,
+                  other_line=" - checking sim = 0.000 (0/30) > 0.100")  # slot 1 holds 23 tokens
             + [slot("launch_slot_", 0, 5, "processing task, is_child = 0")] + idle_save(1, 23)
             + request(0, 5, 30)[1:])
 
 
 def test_the_selection_lines_get_the_launched_task_and_a_decision():
     rd, ev = read(with_entry())
-    sel = [e for e in ev if e.kind in (T.SLOT_SKIP, T.SLOT_SELECTED_BY_LRU, T.CACHE_UPDATE_BEGIN, T.CACHE_LOAD_BASE)]
+    sel = [e for e in ev if e.kind in (T.SLOT_SKIP, T.SLOT_SIM, T.SLOT_SELECTED_BY_LRU, T.CACHE_UPDATE_BEGIN,
+                                       T.CACHE_LOAD_BASE)]
     assert [e.task for e in sel] == [0, 0, 0, 0, 5, 5, 5, 5]  # the server printed task -1 on all of them
     d = [e for e in ev if e.kind == T.SLOT_DECISION]
     assert [(e.slot, e.task, e.data["how"], e.data["update_cache"]) for e in d] == [(1, 0, "lru", True),
