@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from slotlab.serve import nljson as J
+
 NONE, AUTO, CONTENT, REASONING = "none", "auto", "content", "reasoning"
 
 
@@ -62,48 +64,71 @@ class Message:
         return j
 
 
+def _str(obj: dict, key: str) -> str:
+    """`obj.at(key)` read as a std::string: nlohmann's texts for a missing key or another type."""
+    return J.get_str(J.at(obj, key))
+
+
+def _contains(v, key: str) -> bool:
+    """basic_json::contains: false for anything but an object."""
+    return isinstance(v, dict) and key in v
+
+
 def parse_messages(messages) -> list[Message]:
-    """`common_chat_msgs_parse_oaicompat` (its errors are runtime_error: 500)."""
+    """`common_chat_msgs_parse_oaicompat`, step by step as there, so a malformed message gets the
+    server's text: its own checks, and nlohmann's for a field of another type (`role: 1` is
+    `[json.exception.type_error.302] type must be string, but is number`). Its errors are
+    runtime_error: 500."""
     out = []
     try:
+        if not isinstance(messages, list):
+            raise ValueError(f"Expected 'messages' to be an array, got {_dump(messages)}")
         for m in messages:
             if not isinstance(m, dict):
                 raise ValueError(f"Expected 'message' to be an object, got {_dump(m)}")
             if "role" not in m:
                 raise ValueError(f"Missing 'role' in message: {_dump(m)}")
-            if not isinstance(m["role"], str):
-                raise ValueError("type must be string, but is " + type(m["role"]).__name__)
-            msg = Message(role=m["role"])
-            content = m.get("content")
-            if isinstance(content, str):
-                msg.content = content
-            elif isinstance(content, list):
-                for part in content:
-                    if not isinstance(part, dict) or "type" not in part:
-                        raise ValueError(f"Missing content part type: {_dump(part)}")
-                    if part["type"] not in ("text", "media_marker"):
-                        raise ValueError(f"Unsupported content part type: {_dump(part['type'])}")
-                    msg.content_parts.append({"type": part["type"], "text": part.get("text")})
-            elif content is not None:
-                raise ValueError(f"Invalid 'content' type: expected string or array, got {_dump(content)} "
-                                 "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
-            for tc in m.get("tool_calls") or []:
-                if tc.get("type") != "function":
-                    raise ValueError(f"Unsupported tool call type: {_dump(tc)}")
-                fn = tc.get("function")
-                if not isinstance(fn, dict) or "name" not in fn:
-                    raise ValueError(f"Missing tool call function: {_dump(tc)}")
-                args = fn.get("arguments")
-                msg.tool_calls.append({"name": fn["name"], "id": tc.get("id", ""),
-                                       "arguments": args if isinstance(args, str) else _dump(args)})
+            msg = Message(role=_str(m, "role"))
+            if "content" in m:
+                content = m["content"]
+                if isinstance(content, str):
+                    msg.content = content
+                elif isinstance(content, list):
+                    for part in content:
+                        if not _contains(part, "type"):
+                            raise ValueError(f"Missing content part type: {_dump(part)}")
+                        if part["type"] not in ("text", "media_marker"):
+                            raise ValueError(f"Unsupported content part type: {_dump(part['type'])}")
+                        msg.content_parts.append({"type": part["type"], "text": _str(part, "text")})
+                elif content is not None:
+                    raise ValueError(f"Invalid 'content' type: expected string or array, got {_dump(content)} "
+                                     "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
+            if "tool_calls" in m:
+                for tc in J.items(m["tool_calls"]):  # a range-for: a string is one element, null none
+                    if not _contains(tc, "type"):
+                        raise ValueError(f"Missing tool call type: {_dump(tc)}")
+                    if tc["type"] != "function":
+                        raise ValueError(f"Unsupported tool call type: {_dump(tc)}")
+                    if "function" not in tc:
+                        raise ValueError(f"Missing tool call function: {_dump(tc)}")
+                    fn = tc["function"]
+                    if not _contains(fn, "name"):
+                        raise ValueError(f"Missing tool call name: {_dump(tc)}")
+                    name = _str(fn, "name")
+                    args = J.at(fn, "arguments")
+                    msg.tool_calls.append({"name": name, "id": _str(tc, "id") if "id" in tc else "",
+                                           "arguments": args if isinstance(args, str) else _dump(args)})
             if "content" not in m and "tool_calls" not in m:
                 raise ValueError("Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/"
                                  "issues/8367 & https://github.com/ggml-org/llama.cpp/issues/12279)")
-            msg.reasoning_content = m.get("reasoning_content") or ""
-            msg.tool_name = m.get("name") or ""
-            msg.tool_call_id = m.get("tool_call_id") or ""
+            if "reasoning_content" in m:
+                msg.reasoning_content = _str(m, "reasoning_content")
+            if "name" in m:
+                msg.tool_name = _str(m, "name")
+            if "tool_call_id" in m:
+                msg.tool_call_id = _str(m, "tool_call_id")
             out.append(msg)
-    except ValueError as e:
+    except (ValueError, J.JsonError) as e:
         raise ChatRequestError(f"Failed to parse messages: {e}", 500) from None
     return out
 
