@@ -50,6 +50,9 @@ NOT_SUPPORTED = {"lora", "image_data", "multimodal_data", "n_keep", "n_discard",
                  "t_max_predict_ms", "n_indent", "suffix", "input_extra", "echo", "best_of"}
 
 
+CHAT_FORMATS = 5  # COMMON_CHAT_FORMAT_COUNT (content-only, peg-simple, peg-native, peg-gemma4, peg-minimax-m3)
+
+
 def error(code: int, message: str, type_: str | None = None, **extra) -> JSONResponse:
     return E.error(code, message, type_, **extra)
 
@@ -96,6 +99,24 @@ class Api:
         if bad:
             return not_supported(f"the request field \"{bad[0]}\"")
         return None
+
+    def _check_trigger_words(self, values: dict) -> None:
+        """The grammar_triggers handler's vocabulary check: a trigger word that is one token must be
+        a preserved token (both tokenized as the server does: no specials added, specials parsed)."""
+        words = [t["value"] for t in values.get("grammar_triggers") or () if t["type"] == 1]  # TRIGGER_TYPE_WORD
+        if not words:
+            return
+        m = self.engine.model
+        preserved = set()
+        for p in values.get("preserved_tokens") or ():
+            ids = m.tokenize(p, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                preserved.add(int(ids[0]))
+        for w in words:
+            ids = m.tokenize(w, add_special=False, parse_special=True)
+            if len(ids) == 1 and int(ids[0]) not in preserved:
+                raise E.InvalidRequest(f"Field 'grammar_triggers': Grammar trigger word should be marked as "
+                                       f"preserved token: {w}")
 
     def _prompt_tokens(self, prompt):
         """A text prompt, token ids, or the server's mixed array: the engine's one tokenizing rule."""
@@ -376,6 +397,9 @@ class Api:
             raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
         body = dict(body)
         body.setdefault("message_delimiters", self.chat.delimiters())
+        # llama_params the chat path sets from the template, whatever the request said (a plain template:
+        # content-only, no lazy grammar, no triggers, no preserved tokens)
+        body.update({"chat_format": 0, "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": []})
         return await self._run(request, body, prompt, kind=kind)
 
     async def apply_template(self, request: Request):
@@ -429,6 +453,9 @@ class Api:
 
     async def _run(self, request: Request, body: dict, prompt, kind: str):
         inputs, values, body = self._fields(body, prompt)  # body: normalized (converted, nulls dropped)
+        if "chat_format" in body and not 0 <= values["chat_format"] < CHAT_FORMATS:
+            raise E.ServerError("Unknown chat format")  # common_chat_format_name, as the answer is built
+        self._check_trigger_words(values)
         bad = self._check_fields(body)
         if bad is not None:
             return bad

@@ -134,7 +134,8 @@ def parse_messages(messages) -> list[Message]:
 
 
 def parse_tools(tools) -> list[dict]:
-    """`common_chat_tools_parse_oaicompat` + `..._to_json_oaicompat`: the tools as templates see them."""
+    """`common_chat_tools_parse_oaicompat` + `..._to_json_oaicompat`: the tools as templates see them;
+    a field of another type is nlohmann's text (`function.at("name")` on a string: type_error.304)."""
     if tools is None:
         return []
     out = []
@@ -142,18 +143,33 @@ def parse_tools(tools) -> list[dict]:
         if not isinstance(tools, list):
             raise ValueError(f"Expected 'tools' to be an array, got {_dump(tools)}")
         for t in tools:
-            if not isinstance(t, dict) or "type" not in t:
+            if not _contains(t, "type"):
                 raise ValueError(f"Missing tool type: {_dump(t)}")
             if t["type"] != "function":
                 raise ValueError(f"Unsupported tool type: {_dump(t)}")
-            fn = t.get("function")
-            if not isinstance(fn, dict):
+            if "function" not in t:
                 raise ValueError(f"Missing tool function: {_dump(t)}")
-            out.append({"type": "function", "function": {"name": fn["name"], "description": fn.get("description", ""),
+            fn = t["function"]
+            name = _str(fn, "name")
+            desc = J.get_str(fn["description"]) if "description" in fn else ""  # value("description", "")
+            out.append({"type": "function", "function": {"name": name, "description": desc,
                                                           "parameters": fn.get("parameters", {})}})
-    except (ValueError, KeyError) as e:
-        raise ChatRequestError(f"Failed to parse tools: {e}; tools = {json.dumps(tools, indent=2)}", 500) from None
+    except (ValueError, J.JsonError) as e:
+        raise ChatRequestError(f"Failed to parse tools: {e}; tools = {json.dumps(tools, indent=2, ensure_ascii=False)}",
+                               500) from None
     return out
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+
+
+def reasoning_format(v) -> str:
+    """common_reasoning_format_from_name of a JSON value (a non-string: nlohmann's type error)."""
+    name = J.get_str(v)
+    if name not in REASONING_FORMATS:
+        raise ValueError(f"Unknown reasoning format: {name}")
+    return name
 
 
 @dataclass
@@ -197,10 +213,11 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
     """The prompt-deciding part of `oaicompat_chat_params_parse`."""
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
+    tool_choice = J.json_value(body, "tool_choice", "auto", J.get_str)  # not a string: "auto"
     if not use_jinja:
         if has_tools:  # runtime_error: 500
             raise ChatRequestError("tools param requires --jinja flag", 500)
-        if body.get("tool_choice", "auto") != "auto":
+        if tool_choice != "auto":
             raise ChatRequestError("tool_choice param requires --jinja flag", 500)
     if "messages" not in body:
         raise ChatRequestError("'messages' is required")
@@ -220,6 +237,8 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
         if isinstance(c, list):
             _check_media(c)
     inp = ChatInputs(messages=parse_messages(messages), tools=parse_tools(tools) if use_jinja else [])
+    if tool_choice not in TOOL_CHOICES:  # common_chat_tool_choice_parse_oaicompat: invalid_argument
+        raise ChatRequestError(f"Invalid tool_choice: {tool_choice}")
     agp = body.get("add_generation_prompt", True)
     inp.add_generation_prompt = bool(agp) if agp is not None else True
     inp.continue_final_message = _continuation(body["continue_final_message"]) if "continue_final_message" in body else NONE
@@ -233,11 +252,17 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
         raise ChatRequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
     if inp.continue_final_message != NONE and msgs and msgs[-1].role == "assistant" and msgs[-1].tool_calls:
         raise ChatRequestError("Cannot continue an assistant message that contains tool calls.")
+    if "reasoning_format" in body:  # body.at("reasoning_format").get<std::string>(): runtime errors, 500
+        try:
+            reasoning_format(body["reasoning_format"])
+        except (ValueError, J.JsonError) as e:
+            raise ChatRequestError(str(e), 500) from None
     inp.enable_thinking = enable_thinking
     inp.kwargs = dict(default_kwargs)
-    extra = body.get("chat_template_kwargs") or {}
-    if not isinstance(extra, dict):
-        raise ChatRequestError("chat_template_kwargs must be an object")
+    extra = body.get("chat_template_kwargs")
+    # json_value(..., json::object()) keeps any value; items() of an array keys its elements "0", "1", ...;
+    # of a scalar, one item keyed "" (neither reaches a template's variables)
+    extra = extra if isinstance(extra, dict) else {}
     for k, v in extra.items():
         inp.kwargs[k] = json.dumps(v, ensure_ascii=False)
     et = inp.kwargs.get("enable_thinking", "")

@@ -18,9 +18,13 @@ The rules, in the server's order:
 - at most 100 header lines, each at most 8192 bytes with its CRLF, each `token ":" field-content`;
   differing `Content-Length` values; else 400.
 - `Transfer-Encoding` with a non-zero `Content-Length`, or whose last coding is not `chunked`: 400.
-- a target over 8192 bytes: 414.
-- a `Content-Length` that is not a number or overflows 64 bits: 400; one over 100 MiB: 413 (the
-  server answers both when it reads the body, after the key check; slotlab at the head).
+- a target over 32768 bytes: 414 (llama.cpp raises httplib's 8192; a request line over 32 KiB is
+  dropped first, so this cannot happen).
+- a `Content-Length` that is not a number or overflows 64 bits (400), and
+  a `Content-Encoding` httplib knows but is built without (gzip, deflate, br, zstd: 415), are the
+  server's answers when it reads the body: after the key check and the route match, for POST, PUT,
+  PATCH and DELETE or a body that is framed. The gate drops such a length (h11 would refuse it in
+  its own words) and leaves a note; `body_error` gives the route the server's answer.
 - an `Accept` list with an entry that is not a media range (or a bad `q=`): 400; a `Range` that is
   not `bytes=` ranges: 416.
 The server goes on reading a connection after a refused request line (the rest of the head is read
@@ -36,13 +40,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "PRI"})
 # methods httplib parses but has no routing branch for: 400 after the pre-routing handler (CORS, key)
 UNROUTED = frozenset({"CONNECT", "TRACE", "PRI"})
-REQUEST_URI_MAX = 8192  # CPPHTTPLIB_REQUEST_URI_MAX_LENGTH
+REQUEST_URI_MAX = 32768  # CPPHTTPLIB_REQUEST_URI_MAX_LENGTH as llama.cpp builds httplib (vendor/cpp-httplib/CMakeLists.txt)
 HEADER_MAX_LENGTH = 8192  # CPPHTTPLIB_HEADER_MAX_LENGTH (a line, its CRLF included)
 HEADER_MAX_COUNT = 100  # CPPHTTPLIB_HEADER_MAX_COUNT
 MAX_LINE_LENGTH = 32768  # CPPHTTPLIB_MAX_LINE_LENGTH
-PAYLOAD_MAX_LENGTH = 100 * 1024 * 1024  # CPPHTTPLIB_PAYLOAD_MAX_LENGTH
 MAX_HEAD = MAX_LINE_LENGTH + HEADER_MAX_COUNT * HEADER_MAX_LENGTH + 4  # what h11 must be able to buffer
 DROP = -1  # close without an answer
+BODY_ERROR = b"X-Slotlab-Body-Error"  # the gate's note to the route: this body cannot be read
 
 _TCHAR = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _PHRASES = {400: b"Bad Request", 413: b"Payload Too Large", 414: b"URI Too Long", 416: b"Range Not Satisfiable"}
@@ -98,7 +102,8 @@ def _media_type(s: bytes) -> bytes:
 
 
 def _quality_ok(entry: bytes) -> bool:
-    """parse_quality: a token before ';' and a q= parameter (if any) that is a number in [0, 1]."""
+    """parse_quality: a token before ';' and, in the first `q=` parameter, a value whose leading
+    `1*DIGIT ["." *DIGIT]` (httplib's own from_chars: no sign, no exponent) is in [0, 1]."""
     token, _, params = entry.partition(b";")
     if not _trim(token):
         return False
@@ -106,15 +111,10 @@ def _quality_ok(entry: bytes) -> bool:
         if len(p) < 2 or p[:1] not in (b"q", b"Q") or p[1:2] != b"=":
             continue
         v = _trim(p[2:])
-        if not v:
+        m = re.match(rb"\d*(\.\d*)?", v)
+        if not v or not m or not re.search(rb"\d", m.group()):
             return False
-        try:
-            if not re.fullmatch(rb"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", v) or v[:1] == b"+":
-                return False
-            q = float(v)
-        except ValueError:
-            return False
-        return 0.0 <= q <= 1.0
+        return float(m.group() if m.group() != b"." else b"0") <= 1.0
     return True
 
 
@@ -203,11 +203,10 @@ def check_head(head: bytes) -> tuple[int, bytes]:
         return 400, b""
     if b"range" in by and not range_ok(by[b"range"][0]):
         return 416, b""
-    if cls and te is None:  # read_content: an invalid or out-of-range length is 400, a long one 413
-        if not _is_numeric(cls[0]) or int(cls[0]) >= 2**64:
-            return 400, b""
-        if int(cls[0]) > PAYLOAD_MAX_LENGTH:
-            return 413, b""
+    body_error = b""  # read_content's verdict on a length h11 cannot take: answered by the route (body_error)
+    if cls and te is None and (not _is_numeric(cls[0]) or int(cls[0]) >= 2**64):
+        framed = _is_numeric(cls[0])  # has_framed_body: a length that parses (SIZE_MAX on overflow) > 0
+        body_error = b"400 " + (b"framed" if framed else b"unframed")
     out = [method + b" " + _fix_target(target) + b" " + version]
     seen_host = seen_cl = False
     for k, v in headers:
@@ -217,12 +216,14 @@ def check_head(head: bytes) -> tuple[int, bytes]:
                 continue  # h11 refuses a second Host; httplib reads the first
             seen_host = True
         elif lk in (b"transfer-encoding", b"content-length"):
-            if te is not None or (lk == b"content-length" and seen_cl):
+            if te is not None or (lk == b"content-length" and (seen_cl or body_error)):
                 continue  # framing re-written below / an equal Content-Length once
             seen_cl = seen_cl or lk == b"content-length"
         out.append(k + b": " + v)
     if te is not None:
         out.append(b"Transfer-Encoding: chunked")
+    if body_error:
+        out.append(BODY_ERROR + b": " + body_error)
     if not seen_host and version == b"HTTP/1.1":
         out.append(b"Host: localhost")  # h11 needs one; httplib does not look at it
     return 0, b"\r\n".join(out) + b"\r\n\r\n"
@@ -287,6 +288,14 @@ class HttplibH11Protocol(H11Protocol):
             return
         super().data_received(head + buf[end:])
 
+    def eof_received(self):
+        """The client closed its side: a head still pending is read as it is (httplib's getline
+        returns the partial line), so it is refused with a 400."""
+        if self._head and not self._refused:
+            self._refuse(400)
+            return None
+        return super().eof_received()
+
     def _refuse(self, status: int) -> None:
         self._refused = True
         self._unset_keepalive_if_required()
@@ -314,3 +323,29 @@ class Unrouted:
 def uvicorn_options() -> dict:
     """The uvicorn.Config arguments that put this gate in front of h11."""
     return {"http": HttplibH11Protocol, "h11_max_incomplete_event_size": MAX_HEAD}
+
+
+def body_error(scope) -> int | None:
+    """The status the server answers a matched route with when it reads this request's body (and
+    cannot), or None: the gate's length note, else an unsupported `Content-Encoding` (415)."""
+    method = scope["method"]
+    note = coding = b""
+    te = False
+    for k, v in scope["headers"]:
+        lk = k.lower()
+        if lk == BODY_ERROR.lower():
+            note = v
+        elif lk == b"content-encoding" and v:
+            coding = coding + b", " + v if coding else v
+        elif lk == b"transfer-encoding":
+            te = True
+    if note:
+        status, _, framing = note.partition(b" ")
+        if method in ("POST", "PUT", "PATCH", "DELETE") or framing == b"framed":
+            return int(status)
+        return None
+    if coding.lower() in (b"gzip", b"deflate", b"br", b"zstd"):
+        cl = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), b"")
+        if method in ("POST", "PUT", "PATCH", "DELETE") or te or _u64(cl) > 0:
+            return 415
+    return None
