@@ -36,6 +36,8 @@ from slotlab.serve.cors import Cors
 from slotlab.serve.gcp import GcpParams, predict_endpoint
 from slotlab.serve.sleep import BYPASS, Sleep
 from slotlab.serve.stream import Streamer, TextSender
+from slotlab.serve.unmodelled import Unmodelled
+from slotlab.serve.wire import Unrouted
 from slotlab.serve import sampling as smp
 from slotlab.serve.chat import ChatTemplate, ChatTemplateError
 from slotlab.serve.chat_request import ChatRequestError
@@ -46,6 +48,9 @@ SUPPORTED = {"prompt", "n_predict", "max_tokens", "temperature", "seed", "ignore
 # fields of the server's API that slotlab does not model: an error, never silence
 NOT_SUPPORTED = {"lora", "image_data", "multimodal_data", "n_keep", "n_discard",
                  "t_max_predict_ms", "n_indent", "suffix", "input_extra", "echo", "best_of"}
+
+
+CHAT_FORMATS = 5  # COMMON_CHAT_FORMAT_COUNT (content-only, peg-simple, peg-native, peg-gemma4, peg-minimax-m3)
 
 
 def error(code: int, message: str, type_: str | None = None, **extra) -> JSONResponse:
@@ -94,6 +99,24 @@ class Api:
         if bad:
             return not_supported(f"the request field \"{bad[0]}\"")
         return None
+
+    def _check_trigger_words(self, values: dict) -> None:
+        """The grammar_triggers handler's vocabulary check: a trigger word that is one token must be
+        a preserved token (both tokenized as the server does: no specials added, specials parsed)."""
+        words = [t["value"] for t in values.get("grammar_triggers") or () if t["type"] == 1]  # TRIGGER_TYPE_WORD
+        if not words:
+            return
+        m = self.engine.model
+        preserved = set()
+        for p in values.get("preserved_tokens") or ():
+            ids = m.tokenize(p, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                preserved.add(int(ids[0]))
+        for w in words:
+            ids = m.tokenize(w, add_special=False, parse_special=True)
+            if len(ids) == 1 and int(ids[0]) not in preserved:
+                raise E.InvalidRequest(f"Field 'grammar_triggers': Grammar trigger word should be marked as "
+                                       f"preserved token: {w}")
 
     def _prompt_tokens(self, prompt):
         """A text prompt, token ids, or the server's mixed array: the engine's one tokenizing rule."""
@@ -226,16 +249,14 @@ class Api:
         err = check_slot_action(self.p.slot_save_path, "erase")  # is the feature on (501)
         if err is not None:
             return error(err.code, err.message, err.type)
-        raw = request.path_params["id_slot"]
-        digits = raw.lstrip("+-")
-        n = len(raw) - len(digits)
-        while n < len(raw) and raw[n].isdigit():
-            n += 1
-        if n == len(raw) - len(digits) or not raw[len(raw) - len(digits):n]:
+        rest = request.path_params["id_slot"]  # httplib's "/slots/:id_slot": one segment, a trailing "/" allowed
+        cut = rest.find("/")
+        if 0 <= cut < len(rest) - 1:
+            return await E.not_found(request)
+        try:  # the server decodes a path parameter once more (decode_path_component), then std::stoi
+            id_slot = stoi(decode_path_component(rest[:cut] if cut >= 0 else rest))
+        except ValueError:
             return error(400, "Invalid slot ID", "invalid_request_error")
-        id_slot = int(raw[:n])  # std::stoi: leading digits ("1abc" -> 1)
-        if not J.INT32_MIN <= id_slot <= J.INT32_MAX:
-            return error(400, "Invalid slot ID", "invalid_request_error")  # stoi's out_of_range
         if id_slot < 0:  # the server's answer is undefined here (it wraps to some slot): refuse clearly
             return error(400, f"Invalid slot ID: {id_slot} is negative (slot ids are 0..{len(self.engine.slots) - 1})",
                          "invalid_request_error")
@@ -376,6 +397,9 @@ class Api:
             raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
         body = dict(body)
         body.setdefault("message_delimiters", self.chat.delimiters())
+        # llama_params the chat path sets from the template, whatever the request said (a plain template:
+        # content-only, no lazy grammar, no triggers, no preserved tokens)
+        body.update({"chat_format": 0, "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": []})
         return await self._run(request, body, prompt, kind=kind)
 
     async def apply_template(self, request: Request):
@@ -429,6 +453,9 @@ class Api:
 
     async def _run(self, request: Request, body: dict, prompt, kind: str):
         inputs, values, body = self._fields(body, prompt)  # body: normalized (converted, nulls dropped)
+        if "chat_format" in body and not 0 <= values["chat_format"] < CHAT_FORMATS:
+            raise E.ServerError("Unknown chat format")  # common_chat_format_name, as the answer is built
+        self._check_trigger_words(values)
         bad = self._check_fields(body)
         if bad is not None:
             return bad
@@ -513,6 +540,38 @@ class Api:
         return out
 
 
+def stoi(s: str) -> int:
+    """std::stoi: leading whitespace, one optional sign, the leading decimal digits ("1abc" is 1);
+    ValueError (invalid_argument / out_of_range) for no digits or a value outside int32."""
+    i = 0
+    while i < len(s) and s[i] in " \t\n\v\f\r":
+        i += 1
+    j = i + 1 if i < len(s) and s[i] in "+-" else i
+    k = j
+    while k < len(s) and "0" <= s[k] <= "9":
+        k += 1
+    if k == j:
+        raise ValueError("stoi: no conversion")
+    v = int(s[i:k])
+    if not J.INT32_MIN <= v <= J.INT32_MAX:
+        raise ValueError("stoi: out of range")
+    return v
+
+
+def decode_path_component(s: str) -> str:
+    """server-http.cpp decode_path_component: %XX with two hex digits is the byte, anything else stays."""
+    b = s.encode("utf-8", "surrogateescape")
+    out, i = bytearray(), 0
+    while i < len(b):
+        if b[i] == 0x25 and i + 2 < len(b) and all(chr(c) in "0123456789abcdefABCDEF" for c in b[i + 1:i + 3]):
+            out.append(int(b[i + 1:i + 3], 16))
+            i += 3
+            continue
+        out.append(b[i])
+        i += 1
+    return out.decode("utf-8", "replace")
+
+
 class Waker:
     """--sleep-idle-seconds: a request other than the read-only ones wakes the server before its
     handler runs (create_response -> wait_until_no_sleep), off the event loop."""
@@ -527,18 +586,32 @@ class Waker:
 
 
 class ApiKey:
-    """--api-key / --api-key-file: every endpoint but /health needs one of the keys, as `Authorization:
-    Bearer KEY` or `X-Api-Key` (server-http.cpp middleware_validate_api_key: any key of the list)."""
+    """--api-key / --api-key-file: every endpoint but the public ones needs one of the keys, as
+    `Authorization: Bearer KEY` or `X-Api-Key` (server-http.cpp middleware_validate_api_key: any key of
+    the list). Compared as bytes, as the server compares std::strings (a header value that is not UTF-8
+    is just a wrong key); of a repeated header the first counts (httplib's get_header_value), and an
+    empty or absent `Authorization` falls back to `X-Api-Key`. Public: `/health`, `/v1/health` and `/`
+    (the UI's entry, public even with the UI off)."""
+
+    PUBLIC = ("/health", "/v1/health", "/")
 
     def __init__(self, app, keys):
-        self.app, self.keys = app, frozenset(k for k in keys if k)
+        self.app = app
+        self.keys = frozenset(k.encode("utf-8", "surrogateescape") if isinstance(k, str) else bytes(k)
+                              for k in keys if k)
+
+    @staticmethod
+    def first(headers, name: bytes) -> bytes:
+        for k, v in headers:
+            if k.lower() == name:
+                return v
+        return b""
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and self.keys and scope["path"] not in ("/health", "/v1/health"):
-            h = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-            got = h.get("authorization") or h.get("x-api-key") or ""
-            if got.startswith("Bearer "):
-                got = got[len("Bearer "):]
+        if scope["type"] == "http" and self.keys and scope["path"] not in self.PUBLIC:
+            got = self.first(scope["headers"], b"authorization") or self.first(scope["headers"], b"x-api-key")
+            if got.startswith(b"Bearer "):
+                got = got[len(b"Bearer "):]
             if got not in self.keys:
                 await error(401, "Invalid API Key", "authentication_error")(scope, receive, send)
                 return
@@ -550,7 +623,7 @@ def build_app(engine):
     routes = [
         Route("/health", api.health), Route("/v1/health", api.health), Route("/props", api.props),
         Route("/props", api.post_props, methods=["POST"]),
-        Route("/slots", api.slots), Route("/slots/{id_slot}", api.slot_action, methods=["POST"]),
+        Route("/slots", api.slots), Route("/slots/{id_slot:path}", api.slot_action, methods=["POST"]),
         Route("/completion", api.completion, methods=["POST"]), Route("/completions", api.completion, methods=["POST"]),
         Route("/v1/completions", api.v1_completions, methods=["POST"]),
         Route("/v1/chat/completions", api.v1_chat, methods=["POST"]),
@@ -566,6 +639,8 @@ def build_app(engine):
         Route("/v1/chat/completions/input_tokens", api.input_tokens, methods=["POST"]),
         Route("/metrics", api.metrics), Route("/v1/models", api.models), Route("/models", api.models),
     ]
+    # the server's other routes, answered as it answers them without the feature (slotlab.serve.unmodelled)
+    routes += [Route(path, fn, methods=m) for path, fn, m in Unmodelled(engine.params).routes()]
     # ex_wrapper: an exception is the server's JSON error, never a plain-text page
     routes = [Route(r.path, E.wrap(r.endpoint), methods=r.methods) for r in routes]
     gcp = GcpParams()
@@ -576,9 +651,11 @@ def build_app(engine):
         routes.append(Route(gcp.path_predict, E.wrap(predict_endpoint(posts)), methods=["POST"]))
     # a path the server has not (or a method it has not there) is its JSON 404
     app = Starlette(routes=routes, exception_handlers={404: E.not_found, 405: E.not_found})
+    app.router.redirect_slashes = False  # httplib matches paths exactly: "/completion/" is a 404
     api.sleep.start()
     app = Waker(app, api.sleep, BYPASS | ({("GET", gcp.path_health)} if gcp.enabled and gcp.path_health else set()))
-    return E.ServerErrors(Cors(ApiKey(app, getattr(engine.params, "api_keys", ()) or (engine.params.api_key,)), engine.params))
+    keys = getattr(engine.params, "api_keys", ()) or (engine.params.api_key,)
+    return E.ServerErrors(Cors(ApiKey(Unrouted(app), keys), engine.params))
 
 
 def serve_in_thread(engine, host: str = "127.0.0.1", port: int = 8080, log_level: str = "warning"):
@@ -586,8 +663,11 @@ def serve_in_thread(engine, host: str = "127.0.0.1", port: int = 8080, log_level
     (`server.should_exit = True` stops it). The engine's own thread is started too."""
     import uvicorn
 
+    from slotlab.serve.wire import uvicorn_options
+
     engine.start()
-    config = uvicorn.Config(build_app(engine), host=host, port=port, log_level=log_level, lifespan="off")
+    config = uvicorn.Config(build_app(engine), host=host, port=port, log_level=log_level, lifespan="off",
+                            **uvicorn_options())
     server = uvicorn.Server(config)
     th = threading.Thread(target=server.run, name="slotlab-serve", daemon=True)
     th.start()

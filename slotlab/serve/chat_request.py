@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from slotlab.serve import nljson as J
+
 NONE, AUTO, CONTENT, REASONING = "none", "auto", "content", "reasoning"
 
 
@@ -62,54 +64,78 @@ class Message:
         return j
 
 
+def _str(obj: dict, key: str) -> str:
+    """`obj.at(key)` read as a std::string: nlohmann's texts for a missing key or another type."""
+    return J.get_str(J.at(obj, key))
+
+
+def _contains(v, key: str) -> bool:
+    """basic_json::contains: false for anything but an object."""
+    return isinstance(v, dict) and key in v
+
+
 def parse_messages(messages) -> list[Message]:
-    """`common_chat_msgs_parse_oaicompat` (its errors are runtime_error: 500)."""
+    """`common_chat_msgs_parse_oaicompat`, step by step as there, so a malformed message gets the
+    server's text: its own checks, and nlohmann's for a field of another type (`role: 1` is
+    `[json.exception.type_error.302] type must be string, but is number`). Its errors are
+    runtime_error: 500."""
     out = []
     try:
+        if not isinstance(messages, list):
+            raise ValueError(f"Expected 'messages' to be an array, got {_dump(messages)}")
         for m in messages:
             if not isinstance(m, dict):
                 raise ValueError(f"Expected 'message' to be an object, got {_dump(m)}")
             if "role" not in m:
                 raise ValueError(f"Missing 'role' in message: {_dump(m)}")
-            if not isinstance(m["role"], str):
-                raise ValueError("type must be string, but is " + type(m["role"]).__name__)
-            msg = Message(role=m["role"])
-            content = m.get("content")
-            if isinstance(content, str):
-                msg.content = content
-            elif isinstance(content, list):
-                for part in content:
-                    if not isinstance(part, dict) or "type" not in part:
-                        raise ValueError(f"Missing content part type: {_dump(part)}")
-                    if part["type"] not in ("text", "media_marker"):
-                        raise ValueError(f"Unsupported content part type: {_dump(part['type'])}")
-                    msg.content_parts.append({"type": part["type"], "text": part.get("text")})
-            elif content is not None:
-                raise ValueError(f"Invalid 'content' type: expected string or array, got {_dump(content)} "
-                                 "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
-            for tc in m.get("tool_calls") or []:
-                if tc.get("type") != "function":
-                    raise ValueError(f"Unsupported tool call type: {_dump(tc)}")
-                fn = tc.get("function")
-                if not isinstance(fn, dict) or "name" not in fn:
-                    raise ValueError(f"Missing tool call function: {_dump(tc)}")
-                args = fn.get("arguments")
-                msg.tool_calls.append({"name": fn["name"], "id": tc.get("id", ""),
-                                       "arguments": args if isinstance(args, str) else _dump(args)})
+            msg = Message(role=_str(m, "role"))
+            if "content" in m:
+                content = m["content"]
+                if isinstance(content, str):
+                    msg.content = content
+                elif isinstance(content, list):
+                    for part in content:
+                        if not _contains(part, "type"):
+                            raise ValueError(f"Missing content part type: {_dump(part)}")
+                        if part["type"] not in ("text", "media_marker"):
+                            raise ValueError(f"Unsupported content part type: {_dump(part['type'])}")
+                        msg.content_parts.append({"type": part["type"], "text": _str(part, "text")})
+                elif content is not None:
+                    raise ValueError(f"Invalid 'content' type: expected string or array, got {_dump(content)} "
+                                     "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
+            if "tool_calls" in m:
+                for tc in J.items(m["tool_calls"]):  # a range-for: a string is one element, null none
+                    if not _contains(tc, "type"):
+                        raise ValueError(f"Missing tool call type: {_dump(tc)}")
+                    if tc["type"] != "function":
+                        raise ValueError(f"Unsupported tool call type: {_dump(tc)}")
+                    if "function" not in tc:
+                        raise ValueError(f"Missing tool call function: {_dump(tc)}")
+                    fn = tc["function"]
+                    if not _contains(fn, "name"):
+                        raise ValueError(f"Missing tool call name: {_dump(tc)}")
+                    name = _str(fn, "name")
+                    args = J.at(fn, "arguments")
+                    msg.tool_calls.append({"name": name, "id": _str(tc, "id") if "id" in tc else "",
+                                           "arguments": args if isinstance(args, str) else _dump(args)})
             if "content" not in m and "tool_calls" not in m:
                 raise ValueError("Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/"
                                  "issues/8367 & https://github.com/ggml-org/llama.cpp/issues/12279)")
-            msg.reasoning_content = m.get("reasoning_content") or ""
-            msg.tool_name = m.get("name") or ""
-            msg.tool_call_id = m.get("tool_call_id") or ""
+            if "reasoning_content" in m:
+                msg.reasoning_content = _str(m, "reasoning_content")
+            if "name" in m:
+                msg.tool_name = _str(m, "name")
+            if "tool_call_id" in m:
+                msg.tool_call_id = _str(m, "tool_call_id")
             out.append(msg)
-    except ValueError as e:
+    except (ValueError, J.JsonError) as e:
         raise ChatRequestError(f"Failed to parse messages: {e}", 500) from None
     return out
 
 
 def parse_tools(tools) -> list[dict]:
-    """`common_chat_tools_parse_oaicompat` + `..._to_json_oaicompat`: the tools as templates see them."""
+    """`common_chat_tools_parse_oaicompat` + `..._to_json_oaicompat`: the tools as templates see them;
+    a field of another type is nlohmann's text (`function.at("name")` on a string: type_error.304)."""
     if tools is None:
         return []
     out = []
@@ -117,18 +143,33 @@ def parse_tools(tools) -> list[dict]:
         if not isinstance(tools, list):
             raise ValueError(f"Expected 'tools' to be an array, got {_dump(tools)}")
         for t in tools:
-            if not isinstance(t, dict) or "type" not in t:
+            if not _contains(t, "type"):
                 raise ValueError(f"Missing tool type: {_dump(t)}")
             if t["type"] != "function":
                 raise ValueError(f"Unsupported tool type: {_dump(t)}")
-            fn = t.get("function")
-            if not isinstance(fn, dict):
+            if "function" not in t:
                 raise ValueError(f"Missing tool function: {_dump(t)}")
-            out.append({"type": "function", "function": {"name": fn["name"], "description": fn.get("description", ""),
+            fn = t["function"]
+            name = _str(fn, "name")
+            desc = J.get_str(fn["description"]) if "description" in fn else ""  # value("description", "")
+            out.append({"type": "function", "function": {"name": name, "description": desc,
                                                           "parameters": fn.get("parameters", {})}})
-    except (ValueError, KeyError) as e:
-        raise ChatRequestError(f"Failed to parse tools: {e}; tools = {json.dumps(tools, indent=2)}", 500) from None
+    except (ValueError, J.JsonError) as e:
+        raise ChatRequestError(f"Failed to parse tools: {e}; tools = {json.dumps(tools, indent=2, ensure_ascii=False)}",
+                               500) from None
     return out
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+
+
+def reasoning_format(v) -> str:
+    """common_reasoning_format_from_name of a JSON value (a non-string: nlohmann's type error)."""
+    name = J.get_str(v)
+    if name not in REASONING_FORMATS:
+        raise ValueError(f"Unknown reasoning format: {name}")
+    return name
 
 
 @dataclass
@@ -172,10 +213,11 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
     """The prompt-deciding part of `oaicompat_chat_params_parse`."""
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
+    tool_choice = J.json_value(body, "tool_choice", "auto", J.get_str)  # not a string: "auto"
     if not use_jinja:
         if has_tools:  # runtime_error: 500
             raise ChatRequestError("tools param requires --jinja flag", 500)
-        if body.get("tool_choice", "auto") != "auto":
+        if tool_choice != "auto":
             raise ChatRequestError("tool_choice param requires --jinja flag", 500)
     if "messages" not in body:
         raise ChatRequestError("'messages' is required")
@@ -195,6 +237,8 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
         if isinstance(c, list):
             _check_media(c)
     inp = ChatInputs(messages=parse_messages(messages), tools=parse_tools(tools) if use_jinja else [])
+    if tool_choice not in TOOL_CHOICES:  # common_chat_tool_choice_parse_oaicompat: invalid_argument
+        raise ChatRequestError(f"Invalid tool_choice: {tool_choice}")
     agp = body.get("add_generation_prompt", True)
     inp.add_generation_prompt = bool(agp) if agp is not None else True
     inp.continue_final_message = _continuation(body["continue_final_message"]) if "continue_final_message" in body else NONE
@@ -208,11 +252,17 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
         raise ChatRequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
     if inp.continue_final_message != NONE and msgs and msgs[-1].role == "assistant" and msgs[-1].tool_calls:
         raise ChatRequestError("Cannot continue an assistant message that contains tool calls.")
+    if "reasoning_format" in body:  # body.at("reasoning_format").get<std::string>(): runtime errors, 500
+        try:
+            reasoning_format(body["reasoning_format"])
+        except (ValueError, J.JsonError) as e:
+            raise ChatRequestError(str(e), 500) from None
     inp.enable_thinking = enable_thinking
     inp.kwargs = dict(default_kwargs)
-    extra = body.get("chat_template_kwargs") or {}
-    if not isinstance(extra, dict):
-        raise ChatRequestError("chat_template_kwargs must be an object")
+    extra = body.get("chat_template_kwargs")
+    # json_value(..., json::object()) keeps any value; items() of an array keys its elements "0", "1", ...;
+    # of a scalar, one item keyed "" (neither reaches a template's variables)
+    extra = extra if isinstance(extra, dict) else {}
     for k, v in extra.items():
         inp.kwargs[k] = json.dumps(v, ensure_ascii=False)
     et = inp.kwargs.get("enable_thinking", "")

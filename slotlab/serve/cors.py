@@ -54,8 +54,8 @@ class Cors:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        hdrs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        allow = self._allow_origin(hdrs.get("origin", ""))
+        origin = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"origin"), "")
+        allow = self._allow_origin(origin)  # of two Origin headers the first, as get_header_value
         extra = [] if allow is None else [(b"Access-Control-Allow-Origin", allow.encode("latin-1"))]
         if scope["method"] == "OPTIONS":
             extra += [(b"Access-Control-Allow-Credentials", b"true" if self.credentials else b"false"),

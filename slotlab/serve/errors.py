@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 log = logging.getLogger("slotlab.serve")
 
@@ -48,8 +48,14 @@ def from_exception(e: BaseException) -> JSONResponse:
 
 
 def wrap(handler):
-    """ex_wrapper for one route handler."""
+    """ex_wrapper for one route handler; first httplib's reading of the body, which happens once the
+    route matched and the key was accepted (slotlab.serve.wire.body_error: an empty 400 or 415)."""
+    from slotlab.serve.wire import body_error
+
     async def route(request):
+        status = body_error(request.scope)
+        if status is not None:
+            return Response(status_code=status, headers={"Connection": "close"})
         try:
             return await handler(request)
         except Exception as e:  # noqa: BLE001 - every exception becomes the server's JSON answer

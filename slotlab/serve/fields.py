@@ -37,6 +37,8 @@ class _Field:
         elif self.kind == "u32":
             x = J.get_int(v, 32, signed=False)
         elif self.kind == "i64":
+            if isinstance(v, bool):  # the server's int64 field takes numbers only (t_max_predict_ms: false is refused)
+                raise J.JsonError("type_error", 302, "type must be number, but is boolean")
             x = J.get_int(v, 64)
         else:
             x = J.get_int(v, 32)
@@ -150,6 +152,30 @@ def _chat_format(data, d):
     return J.get_int(data["chat_format"])
 
 
+def _reasoning_format(data, d):
+    from slotlab.serve.chat_request import reasoning_format
+
+    return reasoning_format(data["reasoning_format"])
+
+
+GRAMMAR_TRIGGER_TOKEN = 0  # COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN
+
+
+def _grammar_triggers(data, d):
+    """server_grammar_trigger for each element (a range-for: a scalar is one element): `type` an int,
+    `value` a string, `token` an int for a token trigger; a lazy grammar needs one."""
+    out = []
+    for t in J.items(data["grammar_triggers"]):
+        kind = J.get_int(J.at(t, "type"))
+        trig = {"type": kind, "value": J.get_str(J.at(t, "value"))}
+        if kind == GRAMMAR_TRIGGER_TOKEN:
+            trig["token"] = J.get_int(J.at(t, "token"))
+        out.append(trig)
+    if J.json_value(data, "grammar_lazy", False, J.get_bool) and not out:
+        raise RuntimeError("Error: no triggers set for lazy grammar!")
+    return out
+
+
 def _schema(n_parallel: int) -> list[_Field]:
     """make_llama_cmpl_schema, in its order (SCH:10-411)."""
     return [
@@ -178,10 +204,10 @@ def _schema(n_parallel: int) -> list[_Field]:
         _bool("backend_sampling"), _bool("post_sampling_probs"),
         _custom("lora", _lora), _custom("dry_sequence_breakers", _dry_breakers),
         _custom("json_schema grammar", _grammar), _bool("grammar_lazy"),
-        _custom("chat_format", _chat_format), _custom("reasoning_format", _str_field("reasoning_format")),
+        _custom("chat_format", _chat_format), _custom("reasoning_format", _reasoning_format),
         _custom("generation_prompt", _str_field("generation_prompt")), _bool("parse_tool_calls"),
         _custom("chat_parser", _str_field("chat_parser")), _bool("echo"),
-        _custom("preserved_tokens", _strings("preserved_tokens")),
+        _custom("preserved_tokens", _strings("preserved_tokens")), _custom("grammar_triggers", _grammar_triggers),
         _bool("reasoning_control"), _int("reasoning_budget_tokens", -1, J.INT32_MAX, True),
         _custom("reasoning_budget_start_tag", _str_field("reasoning_budget_start_tag")),
         _custom("reasoning_budget_end_tags reasoning_budget_end_tag", _end_tags),

@@ -79,11 +79,13 @@ def bind_all(hosts: tuple[str, ...] | list[str], port: int) -> tuple[list[socket
 
 
 def run_uvicorn(app, socks: list[socket.socket], *, log_level: str = "warning") -> None:
-    """Serve `app` on every socket, with one uvicorn server (one event loop); returns when it stops
-    (Ctrl-C / SIGTERM)."""
+    """Serve `app` on every socket, with one uvicorn server (one event loop) whose HTTP parser reads
+    request heads as cpp-httplib does (slotlab.serve.wire); returns when it stops (Ctrl-C / SIGTERM)."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_level=log_level, lifespan="off")
+    from slotlab.serve.wire import uvicorn_options
+
+    config = uvicorn.Config(app, log_level=log_level, lifespan="off", **uvicorn_options())
     server = uvicorn.Server(config)
     try:
         server.run(sockets=socks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 
@@ -142,144 +143,275 @@ def _finite(obj):
 # ------------------------------------------------------------------------------------ json::parse
 
 
-def _no_constant(name: str):
-    raise ValueError(name)
+class _Slow(Exception):
+    """The fast path met something nlohmann judges differently (a number out of range, NaN)."""
+
+
+def _fast_int(s: str):
+    if len(s) <= 21:
+        v = int(s)
+        if INT64_MIN <= v < 2**64:
+            return v
+    raise _Slow  # nlohmann reads it as a double (and refuses it if that overflows)
+
+
+def _fast_float(s: str):
+    v = float(s)
+    if not math.isfinite(v):
+        raise _Slow
+    return v
+
+
+def _fast_constant(name: str):
+    raise _Slow
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse(raw: bytes | str):
-    """json::parse(body): the value, or the JsonError the server answers with. Valid JSON takes the
-    fast path; only a body Python refuses (or NaN / Infinity, which nlohmann refuses) is walked by
-    `_Checker` for nlohmann's exact text."""
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        pass
-    _Checker(text).run()
-    raise JsonError("parse_error", 101, "parse error: invalid JSON")  # not reached for the cases above
+    """json::parse(body): the value, or the JsonError the server answers with.
+
+    A body Python reads exactly as nlohmann does takes the fast path (json.loads); anything else (bad
+    JSON, invalid UTF-8, a BOM, NaN, a number that overflows or does not fit 64 bits, a surrogate
+    escape, deep nesting, a NUL after the value) is read by `_Parser`, a port of nlohmann's lexer and
+    its iterative SAX parser over the body's bytes, so the value, the error text and its byte column
+    are the server's."""
+    data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+    if not _SURROGATE_ESCAPE.search(data):
+        try:
+            text = data.decode("utf-8")
+            if not text.startswith("\ufeff"):
+                return json.loads(text, parse_int=_fast_int, parse_float=_fast_float,
+                                  parse_constant=_fast_constant)
+        except (ValueError, RecursionError, _Slow):
+            pass
+    return _Parser(data).parse()
 
 
 _NAMES = {"str": "string literal", "num": "number literal", "true": "true literal", "false": "false literal",
           "null": "null literal", "[": "'['", "{": "'{'", "]": "']'", "}": "'}'", ":": "':'", ",": "','",
           "err": "<parse error>", "eof": "end of input", "value": "'[', '{', or a literal"}
-_CTRL = {0x08: "BS", 0x09: "TAB", 0x0A: "LF", 0x0C: "FF", 0x0D: "CR"}
+# the lexer's names of the control characters (its "must be escaped" messages)
+_CTRL_NAMES = ("NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB "
+               "CAN EM SUB ESC FS GS RS US").split()
+_CTRL_SHORT = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r"}
+_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x62: "\b", 0x66: "\f", 0x6E: "\n", 0x72: "\r", 0x74: "\t"}
+# UTF-8 lead bytes and the ranges of the bytes that must follow (scan_string)
+_UTF8 = {}
+for _b in range(0xC2, 0xE0):
+    _UTF8[_b] = ((0x80, 0xBF),)
+_UTF8[0xE0] = ((0xA0, 0xBF), (0x80, 0xBF))
+for _b in [*range(0xE1, 0xED), 0xEE, 0xEF]:
+    _UTF8[_b] = ((0x80, 0xBF), (0x80, 0xBF))
+_UTF8[0xED] = ((0x80, 0x9F), (0x80, 0xBF))
+_UTF8[0xF0] = ((0x90, 0xBF), (0x80, 0xBF), (0x80, 0xBF))
+for _b in (0xF1, 0xF2, 0xF3):
+    _UTF8[_b] = ((0x80, 0xBF), (0x80, 0xBF), (0x80, 0xBF))
+_UTF8[0xF4] = ((0x80, 0x8F), (0x80, 0xBF), (0x80, 0xBF))
+EOF_ = -1
 
 
-class _Checker:
-    """nlohmann's lexer and SAX parser, reduced to finding the first error and its position."""
+class _Parser:
+    """nlohmann's lexer (positions in bytes, its `token_string` for "last read") and
+    `sax_parse_internal` (a loop with a stack, so nesting depth is bounded by memory only, as in the
+    server), building the value as the DOM parser does (a repeated key: the last value wins)."""
 
-    def __init__(self, text: str):
-        self.s = text
-        self.i = 0  # chars read
-        self.col = 0
-        self.line = 0
-        self.cur = ""
-        self.tok_str: list[str] = []
+    def __init__(self, data: bytes):
+        self.s = data
+        self.n = len(data)
+        self.i = 0  # next byte to read
+        self.cur = EOF_
+        self.next_unget = False
+        self.total = 0  # chars_read_total
+        self.col = 0  # chars_read_current_line
+        self.lines = 0
+        self.tok = bytearray()  # token_string
+        self.buf = bytearray()  # token_buffer (a string's decoded bytes)
         self.err = ""
+        self.value = None  # the last scanned literal's value
 
-    def get(self) -> str:
+    # -- input management
+    def get(self) -> int:
+        self.total += 1
         self.col += 1
-        if self.i < len(self.s):
-            c = self.s[self.i]
-            self.tok_str.append(c)
-            if c == "\n":
-                self.line += 1
-                self.col = 0
+        if self.next_unget:
+            self.next_unget = False
         else:
-            c = ""
-        self.i += 1
-        self.cur = c
-        return c
+            if self.i < self.n:
+                self.cur = self.s[self.i]
+                self.i += 1
+            else:
+                self.cur = EOF_
+        if self.cur != EOF_:
+            self.tok.append(self.cur)
+        if self.cur == 0x0A:
+            self.lines += 1
+            self.col = 0
+        return self.cur
 
     def unget(self) -> None:
-        self.i -= 1
-        if self.col == 0 and self.line > 0:
-            self.line -= 1
+        self.next_unget = True
+        self.total -= 1
+        if self.col == 0:
+            if self.lines > 0:
+                self.lines -= 1
         else:
             self.col -= 1
-        if self.cur:
-            self.tok_str.pop()
-        self.cur = self.s[self.i - 1] if 0 < self.i <= len(self.s) else ""
+        if self.cur != EOF_:
+            self.tok.pop()
 
     def reset(self) -> None:
-        self.tok_str = [self.cur]
+        self.buf = bytearray()
+        self.tok = bytearray([self.cur]) if self.cur != EOF_ else bytearray()
 
     def token_string(self) -> str:
-        return "".join(f"<U+{ord(c):04X}>" if ord(c) <= 0x1F else c for c in self.tok_str)
+        out = bytearray()
+        for c in self.tok:
+            out += f"<U+{c:04X}>".encode() if c <= 0x1F else bytes([c])
+        return out.decode("utf-8", "replace")  # safe_json_to_str: invalid UTF-8 replaced
 
+    # -- the scanner
     def scan(self) -> str:
+        if self.total == 0:  # skip_bom
+            if self.get() == 0xEF:
+                if not (self.get() == 0xBB and self.get() == 0xBF):
+                    self.err = "invalid BOM; must be 0xEF 0xBB 0xBF if given"
+                    return "err"
+            else:
+                self.unget()
         while True:
             c = self.get()
-            if c not in (" ", "\t", "\n", "\r"):
+            if c not in (0x20, 0x09, 0x0A, 0x0D):
                 break
-        if c in "[]{}:," and c:
-            return c
-        for lit in ("true", "false", "null"):
-            if c == lit[0]:
-                for ch in lit[1:]:
-                    if self.get() != ch:
-                        self.err = "invalid literal"
-                        return "err"
-                return lit
-        if c == '"':
+        if c in (0x5B, 0x5D, 0x7B, 0x7D, 0x3A, 0x2C):
+            return chr(c)
+        if c == 0x74:
+            return self.literal(b"true", "true", True)
+        if c == 0x66:
+            return self.literal(b"false", "false", False)
+        if c == 0x6E:
+            return self.literal(b"null", "null", None)
+        if c == 0x22:
             return self.scan_string()
-        if c == "-" or c.isdigit() and c.isascii():
+        if c == 0x2D or 0x30 <= c <= 0x39:
             return self.scan_number()
-        if c == "" or c == "\0":
+        if c in (0, EOF_):
             return "eof"
         self.err = "invalid literal"
         return "err"
 
+    def literal(self, text: bytes, tok: str, value) -> str:
+        for ch in text[1:]:
+            if self.get() != ch:
+                self.err = "invalid literal"
+                return "err"
+        self.value = value
+        return tok
+
+    def _codepoint(self) -> int:
+        cp = 0
+        for factor in (12, 8, 4, 0):
+            c = self.get()
+            if 0x30 <= c <= 0x39:
+                cp += (c - 0x30) << factor
+            elif 0x41 <= c <= 0x46:
+                cp += (c - 0x37) << factor
+            elif 0x61 <= c <= 0x66:
+                cp += (c - 0x57) << factor
+            else:
+                return -1
+        return cp
+
     def scan_string(self) -> str:
         self.reset()
+        buf = self.buf
         while True:
             c = self.get()
-            if c == "":
+            if c == EOF_:
                 self.err = "invalid string: missing closing quote"
                 return "err"
-            if c == '"':
+            if c == 0x22:
+                self.value = buf.decode("utf-8")
                 return "str"
-            if c == "\\":
+            if c == 0x5C:
                 e = self.get()
-                if e == "u":
-                    for _ in range(4):
-                        if self.get().lower() not in "0123456789abcdef" or self.cur == "":
-                            self.err = "invalid string: '\\u' must be followed by 4 hex digits"
-                            return "err"
-                elif e not in ('"', "\\", "/", "b", "f", "n", "r", "t"):
+                if e in _ESCAPES:
+                    buf += _ESCAPES[e].encode()
+                    continue
+                if e != 0x75:
                     self.err = "invalid string: forbidden character after backslash"
                     return "err"
-            elif ord(c) <= 0x1F:
-                esc = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r"}.get(ord(c))
-                name = _CTRL.get(ord(c))
-                self.err = (f"invalid string: control character U+{ord(c):04X} ({name}) must be escaped to "
-                            f"\\u{ord(c):04X} or \\{esc}" if esc else
-                            f"invalid string: control character U+{ord(c):04X} must be escaped to \\u{ord(c):04X}")
+                cp = self._codepoint()
+                if cp == -1:
+                    self.err = "invalid string: '\\u' must be followed by 4 hex digits"
+                    return "err"
+                if 0xD800 <= cp <= 0xDBFF:
+                    if self.get() == 0x5C and self.get() == 0x75:
+                        cp2 = self._codepoint()
+                        if cp2 == -1:
+                            self.err = "invalid string: '\\u' must be followed by 4 hex digits"
+                            return "err"
+                        if not 0xDC00 <= cp2 <= 0xDFFF:
+                            self.err = "invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"
+                            return "err"
+                        cp = (cp << 10) + cp2 - 0x35FDC00
+                    else:
+                        self.err = "invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"
+                        return "err"
+                elif 0xDC00 <= cp <= 0xDFFF:
+                    self.err = "invalid string: surrogate U+DC00..U+DFFF must follow U+D800..U+DBFF"
+                    return "err"
+                buf += chr(cp).encode("utf-8")
+                continue
+            if c <= 0x1F:
+                short = _CTRL_SHORT.get(c)
+                self.err = (f"invalid string: control character U+{c:04X} ({_CTRL_NAMES[c]}) must be escaped to "
+                            f"\\u{c:04X}" + (f" or \\{short}" if short else ""))
                 return "err"
+            if c <= 0x7F:
+                buf.append(c)
+                continue
+            ranges = _UTF8.get(c)
+            if ranges is None:
+                self.err = "invalid string: ill-formed UTF-8 byte"
+                return "err"
+            buf.append(c)
+            for lo, hi in ranges:
+                c2 = self.get()
+                if lo <= c2 <= hi:
+                    buf.append(c2)
+                else:
+                    self.err = "invalid string: ill-formed UTF-8 byte"
+                    return "err"
 
     def scan_number(self) -> str:
         self.reset()
+        digit = lambda ch: 0x30 <= ch <= 0x39  # noqa: E731
+        kind = "unsigned"
         c = self.cur
-        digit = lambda ch: ch != "" and ch in "0123456789"  # noqa: E731
-        if c == "-":
+        if c == 0x2D:
+            kind = "integer"
             c = self.get()
             if not digit(c):
                 self.err = "invalid number; expected digit after '-'"
                 return "err"
-        if c == "0":
+        if c == 0x30:
             c = self.get()
         else:
             while digit(c := self.get()):
                 pass
-        if c == ".":
+        if c == 0x2E:
+            kind = "float"
             if not digit(self.get()):
                 self.err = "invalid number; expected digit after '.'"
                 return "err"
             while digit(c := self.get()):
                 pass
-        if c in ("e", "E") and c:
+        if c in (0x65, 0x45):
+            kind = "float"
             c = self.get()
-            if c in ("+", "-") and c:
+            if c in (0x2B, 0x2D):
                 if not digit(self.get()):
                     self.err = "invalid number; expected digit after exponent sign"
                     return "err"
@@ -289,13 +421,16 @@ class _Checker:
             while digit(self.get()):
                 pass
         self.unget()
-        text = "".join(self.tok_str)
-        if any(ch in text for ch in ".eE") and not math.isfinite(float(text)):
-            raise JsonError("out_of_range", 406, f"number overflow parsing '{text}'")
+        text = bytes(self.tok).decode("ascii")
+        if kind == "unsigned" and len(text) <= 20 and int(text) < 2**64:
+            self.value = int(text)
+        elif kind == "integer" and len(text) <= 20 and int(text) >= INT64_MIN:
+            self.value = int(text)
+        else:
+            self.value = float(text)  # strtod: an overflow is inf, refused by the parser (406)
         return "num"
 
     # -- the parser
-
     def fail(self, tok: str, expected: str | None, context: str):
         msg = "syntax error " + (f"while parsing {context} " if context else "") + "- "
         if tok == "err":
@@ -304,51 +439,94 @@ class _Checker:
             msg += f"unexpected {_NAMES[tok]}"
         if expected:
             msg += f"; expected {_NAMES[expected]}"
-        raise JsonError("parse_error", 101, f"parse error at line {self.line + 1}, column {self.col}: {msg}")
+        raise JsonError("parse_error", 101, f"parse error at line {self.lines + 1}, column {self.col}: {msg}")
 
-    def value(self, tok: str) -> None:
-        if tok == "{":
-            tok = self.scan()
-            if tok == "}":
-                return
-            while True:
-                if tok != "str":
-                    self.fail(tok, "str", "object key")
-                tok = self.scan()
-                if tok != ":":
-                    self.fail(tok, ":", "object separator")
-                self.value(self.scan())
-                tok = self.scan()
-                if tok == ",":
-                    tok = self.scan()
-                    continue
-                if tok == "}":
-                    return
-                self.fail(tok, "}", "object")
-        if tok == "[":
-            tok = self.scan()
-            if tok == "]":
-                return
-            while True:
-                self.value(tok)
-                tok = self.scan()
-                if tok == ",":
-                    tok = self.scan()
-                    continue
-                if tok == "]":
-                    return
-                self.fail(tok, "]", "array")
-        if tok in ("str", "num", "true", "false", "null"):
-            return
+    def scalar(self, tok: str):
+        """A value token's value; raises for anything else (sax_parse_internal's switch)."""
+        if tok == "num":
+            v = self.value
+            if isinstance(v, float) and not math.isfinite(v):
+                raise JsonError("out_of_range", 406, f"number overflow parsing '{self.token_string()}'")
+            return v
+        if tok in ("str", "true", "false", "null"):
+            return self.value
         if tok == "err":
             self.fail(tok, None, "value")
-        if tok == "eof" and self.i == 1:
+        if tok == "eof" and self.total == 1:
             raise JsonError("parse_error", 101, "parse error at line 1, column 1: attempting to parse an empty "
                                                 "input; check that your input string or stream contains the expected JSON")
         self.fail(tok, "value", "value")
 
-    def run(self) -> None:
-        self.value(self.scan())
+    def parse(self):
+        root: list = []
+        stack: list = []  # [container, key]: the open arrays and objects
         tok = self.scan()
-        if tok != "eof":
-            self.fail(tok, "eof", "value")
+
+        def add(v):
+            if not stack:
+                root.append(v)
+            elif isinstance(stack[-1][0], list):
+                stack[-1][0].append(v)
+            else:
+                stack[-1][0][stack[-1][1]] = v
+
+        while True:
+            # a value starts with `tok`
+            if tok == "{":
+                tok = self.scan()
+                if tok == "}":
+                    add({})
+                else:
+                    if tok != "str":
+                        self.fail(tok, "str", "object key")
+                    key = self.value
+                    tok = self.scan()
+                    if tok != ":":
+                        self.fail(tok, ":", "object separator")
+                    obj: dict = {}
+                    add(obj)
+                    stack.append([obj, key])
+                    tok = self.scan()
+                    continue
+            elif tok == "[":
+                tok = self.scan()
+                if tok == "]":
+                    add([])
+                else:
+                    arr: list = []
+                    add(arr)
+                    stack.append([arr, None])
+                    continue
+            else:
+                add(self.scalar(tok))
+            # after a value: close containers or go to the next element
+            while True:
+                if not stack:
+                    tok = self.scan()
+                    if tok != "eof":
+                        self.fail(tok, "eof", "value")
+                    return root[0]
+                top = stack[-1]
+                tok = self.scan()
+                if isinstance(top[0], list):
+                    if tok == ",":
+                        tok = self.scan()
+                        break
+                    if tok == "]":
+                        stack.pop()
+                        continue
+                    self.fail(tok, "]", "array")
+                if tok == ",":
+                    tok = self.scan()
+                    if tok != "str":
+                        self.fail(tok, "str", "object key")
+                    top[1] = self.value
+                    tok = self.scan()
+                    if tok != ":":
+                        self.fail(tok, ":", "object separator")
+                    tok = self.scan()
+                    break
+                if tok == "}":
+                    stack.pop()
+                    continue
+                self.fail(tok, "}", "object")

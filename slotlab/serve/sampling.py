@@ -129,6 +129,12 @@ def json_schema_grammar(schema) -> str:
 
     if isinstance(schema, dict) and not schema:
         schema = {"type": "object"}
+    from slotlab.serve.json_schema import SchemaError, check
+
+    try:  # the C++ reader's refusals, in its words (slotlab.serve.json_schema)
+        check(schema)
+    except SchemaError as ex:
+        raise ValueError(f"Field 'json_schema': \"json_schema\": JSON schema conversion failed:\n{ex}") from None
     try:
         return json_schema_to_grammar(schema)
     except Exception as ex:  # the converter's own message, as the server reports e.what()
@@ -225,7 +231,14 @@ def chat_fields(body: dict) -> dict:
         json_schema = {"type": "object"}
     if json_schema is not None:
         if not isinstance(json_schema, dict):
-            raise ValueError(f"\"json_schema\": schema must be an object, got {json.dumps(json_schema)}")
+            json_schema_grammar(json_schema)  # the converter's "schema must be an object"
+        from slotlab.serve.json_schema import SchemaError, check
+
+        try:  # the chat template's parser is built from the schema first: its words
+            check(json_schema)
+        except SchemaError as ex:
+            raise ValueError("Unable to generate parser for this template. Automatic parser generation failed: "
+                             f"{ex}") from None
         # the chat template turns the schema into a grammar over the reply
         body["grammar"] = json_schema_grammar(json_schema)
         body.pop("json_schema", None)
