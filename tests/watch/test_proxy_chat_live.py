@@ -50,9 +50,9 @@ def _openai_chat(px):
          {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
              "name": "stock_level", "arguments": "{\"q\": \"pads\"}"}}]},
          {"role": "tool", "tool_call_id": "c1", "content": "4 sets"}]
-    r = client.chat.completions.create(messages=t, tools=TOOLS, max_tokens=6, temperature=0)
+    r = client.chat.completions.create(model="gemma", messages=t, tools=TOOLS, max_tokens=6, temperature=0)
     t += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "Order one."}]
-    client.chat.completions.create(messages=t, tools=TOOLS, max_tokens=6, temperature=0)
+    client.chat.completions.create(model="gemma", messages=t, tools=TOOLS, max_tokens=6, temperature=0)
     return text
 
 
