@@ -215,32 +215,28 @@ event. Its parts, top to bottom:
   generated...); the red tick is the first token that differed from what the slot held;
 * **plot 2, checkpoints**: each checkpoint's recorded `[pos_min, pos_max]`, the grey SWA window (the last
   `n_swa` positions), the slot's `n_past`, and the last checkpoint events (created, restored, erased);
-* **plot 3, evictions by reason, per request**: every RAM-cache entry dropped and every slot cleared,
+* **plot 3, evictions by reason, over time**: every RAM-cache entry dropped and every slot cleared,
   on its reason's row (`loaded`: an entry went back into a slot; `idle_clear`: the idle-slot loop cleared
-  a slot; `make_room`, `byte_limit`, `token_limit`: the cache's limits), against the number of requests
-  done before it (with one request at a time, `k` is while the k-th request, counting from 0, runs);
-  `x2` beside a mark counts several at once;
+  a slot; `make_room`, `byte_limit`, `token_limit`: the cache's limits), at the time it happened
+  (seconds since the server started); `x2` beside a mark counts several at once;
 * **the RAM-cache strip**: the cache's size against its limits, and its entries, oldest (next evicted)
   first.
 
 The legend lists only what the picture draws. Here: slot 1 holds Dmitri's request (task 4), slot 0
 Erin's (task 5), slot 3 Farah's (task 6); the evictions are the entries loaded back into slots and the
-slots the idle-slot loop cleared, at the number of requests done when each happened."""),
+slots the idle-slot loop cleared, each at its time."""),
     code("""from collections import Counter
 from slotlab.panel.figure import figure_data, legend_entries
 from slotlab.panel.static import panel_image, panel_state
 pd = figure_data(panel_state(eng))
 marks = sorted(zip(pd.evictions.x, pd.evictions.y, pd.evictions.symbol))
 one, two = legend_entries(pd)
-print("plot 3, (requests done, reason, how many):", marks)
+print("plot 3, evictions by reason:", sorted(Counter(pd.evictions.y).items()))
 print("legend, plot 1:", [label for _, label in one])
 print("legend, plot 2:", [label for _, label in two])
-done, evicted = 0, Counter()
-for e in eng.events.log:              # each eviction, at the number of requests done before it
-    done += e.kind == "task_done"
-    if e.kind == "cache_evict" or e.kind == "slot_clear" and e.data["reason"] == "idle_clear" and e.data["n_tokens"] > 0:
-        evicted[done, e.data["reason"]] += 1
-assert marks == sorted((d, r, n) for (d, r), n in evicted.items())     # one mark per count and reason
+evicted = Counter((round(e.t, 3), e.data["reason"]) for e in eng.events.log if e.kind == "cache_evict" or
+                  e.kind == "slot_clear" and e.data["reason"] == "idle_clear" and e.data["n_tokens"] > 0)
+assert marks == sorted((t, r, n) for (t, r), n in evicted.items())     # one mark per eviction time and reason
 assert [k for k, _ in one] == [k for k in pd.prov if pd.prov[k].x] + ["divergence"] * bool(pd.divergence.x)
 panel_image(eng)"""),
     md("""## Try this

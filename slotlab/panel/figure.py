@@ -12,9 +12,9 @@ The three plots:
 2. the checkpoint chain: each checkpoint's [pos_min, pos_max], the SWA window (the last n_swa
    positions of the slot), the slot's n_past, and the last checkpoint events (created / restored /
    evict / none) at the n_tokens they concern;
-3. evictions by reason against the number of requests done before them (so an eviction while request
-   k runs, counting from 0, sits at k in sequential traffic): RAM-cache entries dropped, slots cleared;
-   one mark per request count and reason, with how many.
+3. evictions by reason against their time (seconds since the engine started; the time travels with
+   each event, so a state rebuilt from a trimmed log draws the same): RAM-cache entries dropped, slots
+   cleared; one mark per time and reason, with how many.
 
 Legends name only what is drawn (`legend_entries`), each entry once: plot 1's colours are where a
 slot's tokens came from, plot 2's marks are checkpoints and the window."""
@@ -44,9 +44,9 @@ EVICTION_COLORS = dict(zip(EVICTION_REASONS, ("#e45756", "#f58518", "#eeca3b", "
 UNKNOWN_COLOR = "#888"
 TITLES = ("slot token timelines (this request's provenance)",
           "checkpoints [pos_min, pos_max], SWA window and n_past",
-          "evictions by reason, per request")
+          "evictions by reason, over time")
 #: the x axis of plot 3
-EVICTION_XLABEL = "requests done before it"
+EVICTION_XLABEL = "seconds since the server started"
 #: what the legend calls each provenance kind (plot 1): where the slot's tokens came from
 PROV_LABELS = {"kept": "kept in the slot", "cache": "loaded from a RAM-cache entry", "file": "restored from a slot file",
                "checkpoint": "restored from a checkpoint", "shifted": "shifted (--cache-reuse)", "prefill": "prefilled",
@@ -163,18 +163,18 @@ def checkpoint_chain(st: PanelState) -> tuple[Bars, Bars, Marks, Marks]:
 
 
 def evictions(st: PanelState) -> Marks:
-    """Plot 3: one mark per count of requests done and reason, on the reason's row; `symbol` holds how
+    """Plot 3: one mark per time (to the millisecond) and reason, on the reason's row; `symbol` holds how
     many evictions the mark stands for (the static picture writes counts above 1 beside it)."""
     groups: dict = {}
-    for seq, n_done, reason, n_tokens, slot in st.evictions:
-        g = groups.setdefault((n_done, reason), [])
+    for seq, t, reason, n_tokens, slot in st.evictions:
+        g = groups.setdefault((round(t, 3), reason), [])
         g.append((seq, n_tokens, slot))
     m = Marks()
-    for (n_done, reason), g in groups.items():
-        m.x.append(n_done)
+    for (t, reason), g in groups.items():
+        m.x.append(t)
         m.y.append(reason)
         what = ", ".join(f"{n} tokens" + (f" (slot {s})" if s >= 0 else "") for _, n, s in g)
-        m.hovertext.append(f"after {n_done} requests: {len(g)} x {reason}: {what} · event #{g[0][0]}"
+        m.hovertext.append(f"at {t:.3f} s: {len(g)} x {reason}: {what} · event #{g[0][0]}"
                            + (f"-{g[-1][0]}" if len(g) > 1 else ""))
         m.symbol.append(len(g))
         m.color.append(EVICTION_COLORS.get(reason, UNKNOWN_COLOR))

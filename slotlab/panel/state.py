@@ -52,8 +52,8 @@ class PanelState:
     entries: dict = field(default_factory=dict)  # entry id -> info, insertion order = FIFO order
     gauge: dict = field(default_factory=dict)
     scores: dict = field(default_factory=dict)  # last cache_load_scores (task, preview, baseline, per entry)
-    #: (seq, n_done, reason, n_tokens, slot): n_done, the requests done before it, is plot 3's x axis (the idle-slot
-    #: loop's clears carry no task; a count survives a trimmed log: `rebuild` starts it from the dropped task_done)
+    #: (seq, t, reason, n_tokens, slot): t, the event's time (seconds since the engine started), is plot 3's x
+    #: axis; it travels with the event, so a state rebuilt from a trimmed log places it the same
     evictions: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.EVICTIONS_KEEP))
     ckpt_marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.CHECKPOINT_MARKS_KEEP))
     why: collections.deque = field(default_factory=lambda: collections.deque(maxlen=T.WHY_KEEP))
@@ -125,10 +125,10 @@ class PanelState:
                                         "checkpoints": p.checkpoints}
         elif k == T.CACHE_EVICT:
             self.entries.pop(p.entry_id, None)
-            self.evictions.append((e.seq, self.n_requests, p.reason, p.n_tokens, e.slot))
+            self.evictions.append((e.seq, e.t, p.reason, p.n_tokens, e.slot))
         elif k == T.SLOT_CLEAR:
             if p.reason in T.EVICTING_CLEARS and p.n_tokens > 0:
-                self.evictions.append((e.seq, self.n_requests, p.reason, p.n_tokens, e.slot))
+                self.evictions.append((e.seq, e.t, p.reason, p.n_tokens, e.slot))
         elif k == T.CACHE_STATE:
             self.gauge = {x: getattr(p, x) for x in ("size", "n_tokens", "limit_size", "limit_tokens",
                                                      "limit_tokens_cur", "n_entries")}

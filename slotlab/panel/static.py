@@ -16,7 +16,6 @@ import textwrap
 
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
 from slotlab.figures import png
 from slotlab.llama.build import LLAMA_CPP_BUILD
@@ -171,7 +170,7 @@ def panel_figure(source, *, width: float = 10.0):
         ax.grid(axis="x", color="#ddd", zorder=0)
     ax1.set_xlabel("token position (n_tokens)", labelpad=1)
     ax2.set_xlabel("token position (pos_min … pos_max, n_past)", labelpad=1)
-    # 3. evictions by reason, per request (one mark per task and reason; a count beside it when above 1)
+    # 3. evictions by reason, over time (one mark per time and reason; a count beside it when above 1)
     ax3.set_title(TITLES[2], loc="left")
     if present:
         rp = {r: j for j, r in enumerate(present)}
@@ -183,8 +182,8 @@ def panel_figure(source, *, width: float = 10.0):
         ax3.set_yticks(range(len(present)), present)
         ax3.set_ylim(-0.6, len(present) - 0.4)
         lo, hi = min(ev.x), max(ev.x)
-        ax3.set_xlim(lo - 0.5 - 0.04 * (hi - lo), hi + 0.5 + 0.06 * (hi - lo))
-        ax3.xaxis.set_major_locator(MaxNLocator(integer=True))   # a count of requests
+        pad = max(0.05 * (hi - lo), 0.01)
+        ax3.set_xlim(lo - pad, hi + pad)
         ax3.grid(axis="x", color="#ddd", zorder=0)
         ax3.set_xlabel(EVICTION_XLABEL, labelpad=1)
     else:

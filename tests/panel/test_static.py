@@ -117,8 +117,8 @@ def test_the_legend_names_only_what_is_drawn_once_each(run):
 
 
 def test_evictions_are_drawn_per_request(model):
-    """Plot 3's x axis is the request (task id) an eviction happened in: on a unified pool the idle-slot
-    loop clears the previous request's slot when the next one launches."""
+    """Plot 3's x axis is each eviction's time (not an internal event number): on a unified pool the
+    idle-slot loop clears the previous request's slot when the next one launches."""
     e = Engine("-np 2 -kvu -c 2048", model=model)
     try:
         for q in (P, "Translate to German: the weather is lovely today.", P + " And the Sava?"):
@@ -126,16 +126,11 @@ def test_evictions_are_drawn_per_request(model):
             e.run_until(lambda: t.done)
         st = PanelState.from_bus(e.events)
         d = figure_data(st)
-        done, evicted = 0, []
-        for ev in e.events.log:   # each eviction at the number of requests done before it
-            done += ev.kind == "task_done"
-            if ev.kind == "cache_evict" or ev.kind == "slot_clear" and ev.data["reason"] in ("idle_clear", "purge") \
-                    and ev.data["n_tokens"] > 0:
-                evicted.append((done, ev.data["reason"]))
-        assert evicted and sorted(zip(d.evictions.x, d.evictions.y)) == sorted(set(evicted))
-        assert {x for x, r in evicted if r == "idle_clear"} == {1, 2}   # the idle-slot loop, at requests 1 and 2
-        assert sum(d.evictions.symbol) == len(evicted)
+        evicted = [(round(ev.t, 3), ev.data["reason"]) for ev in e.events.log if ev.kind == "cache_evict" or
+                   ev.kind == "slot_clear" and ev.data["reason"] in ("idle_clear", "purge") and ev.data["n_tokens"] > 0]
+        assert evicted and sorted(zip(d.evictions.x, d.evictions.y)) == sorted(set(evicted))   # at each one's time
+        assert sum(d.evictions.symbol) == len(evicted) and "idle_clear" in d.evictions.y
         ax3 = panel_figure(st).axes[2]
-        assert ax3.get_xlabel() == "requests done before it"
+        assert ax3.get_xlabel() == "seconds since the server started"
     finally:
         e.close()
