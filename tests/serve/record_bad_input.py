@@ -3,6 +3,9 @@ values, broken JSON, on every endpoint slotlab serves.
 
     python -m tests.serve.record_bad_input            # needs `make llama-server`
     python -m tests.serve.record_bad_input --slotlab  # the same cases against `slotlab serve` (a diff)
+    python -m tests.serve.record_bad_input --fuzz     # the HTTP-edge fuzz (tests/serve/fuzz_edge.py)
+    python -m tests.serve.record_bad_input --fuzz --slotlab  # its cases against `slotlab serve`: the diff
+    python -m tests.serve.record_bad_input --fuzz --missing  # record only the cases the golden lacks
 
 writes tests/serve/golden_bad_input.json, which tests/serve/test_bad_input.py compares `slotlab serve`
 with. Each case is sent as raw bytes (so `NaN`, an empty body or cut-off JSON reach the server as
@@ -23,6 +26,7 @@ from slotlab.llama.model import default_model_path
 from tests.golden.llama_server import LlamaServer, slotlab_serve_command
 
 OUT = Path(__file__).with_name("golden_bad_input.json")
+FUZZ_OUT = Path(__file__).with_name("golden_bad_input_fuzz.json")
 FLAGS = ["-np", "2", "-c", "2048", "--metrics"]  # + --slot-save-path DIR
 GEN = {"n_predict": 1, "temperature": 0}
 CHAT = [{"role": "user", "content": "hi"}]
@@ -265,10 +269,78 @@ def health(url: str) -> dict:
     return {"health": send(url, _c("health", "/health", method="GET"))["status"], "completion": ok["status"]}
 
 
+def run_fuzz(start_server, skip=frozenset()) -> list[dict]:
+    """Every fuzz case on its own connection, in order; the answers as the cases compare them.
+    `start_server()` gives a started LlamaServer; if it goes away mid-run (a crash, or a process
+    killed from outside on a shared machine) it is started again and the case is sent again, and
+    the restart is reported."""
+    from tests.serve import fuzz_edge as F
+
+    out = []
+    srv = start_server()
+    try:
+        for case in F.cases():
+            if case["name"] in skip:
+                continue
+            for attempt in range(3):
+                host, port = srv.url.removeprefix("http://").split(":")
+                try:
+                    got = F.view(case, F.send(host, int(port), case))
+                    break
+                except ConnectionRefusedError:
+                    print(f"server gone before {case['name']!r} (log {srv.log_path}); starting it again")
+                    srv.__exit__(None, None, None)
+                    srv = start_server()
+            else:
+                raise RuntimeError(f"the server keeps going away at {case['name']!r}")
+            out.append({"name": case["name"], "class": case["class"], "digest": case["digest"],
+                        "compare": case["compare"], "answer": got})
+    finally:
+        srv.__exit__(None, None, None)
+    return out
+
+
+def fuzz_main(slotlab: bool, missing: bool = False) -> int:
+    """`missing`: keep the golden's answers to the cases whose bytes did not change and record only
+    the others (each case is its own connection to a server with the same flags)."""
+    from tests.serve import fuzz_edge as F
+
+    d = tempfile.mkdtemp(prefix="bad-input-fuzz-slots-")
+    command = slotlab_serve_command() if slotlab else None
+    kept = {}
+    if missing and FUZZ_OUT.exists():
+        digests = {c["name"]: c["digest"] for c in F.cases()}
+        kept = {c["name"]: c for c in json.loads(FUZZ_OUT.read_text())["cases"] if digests.get(c["name"]) == c["digest"]}
+    results = run_fuzz(lambda: LlamaServer(default_model_path(), [*F.FLAGS, "--slot-save-path", d],
+                                           command=command).__enter__(), skip=frozenset(kept))
+    if kept:
+        new = {r["name"]: r for r in results}
+        print(f"kept {len(kept)} recorded answers, recorded {len(new)}")
+        results = [kept.get(c["name"]) or new[c["name"]] for c in F.cases()]
+    if slotlab:
+        golden = {c["name"]: c for c in json.loads(FUZZ_OUT.read_text())["cases"]}
+        bad = [r for r in results if golden.get(r["name"], {}).get("answer") != r["answer"]]
+        for r in bad:
+            g = golden.get(r["name"], {}).get("answer")
+            print(f"DIFF {r['name']}\n  server:  {json.dumps(g, ensure_ascii=False)[:400]}\n"
+                  f"  slotlab: {json.dumps(r['answer'], ensure_ascii=False)[:400]}")
+        print(f"{len(results) - len(bad)} of {len(results)} equal")
+        return 0
+    FUZZ_OUT.write_text(json.dumps({"server": "llama-server (llama-cpp-python 0.3.36 vendor), --no-repack",
+                                    "model": default_model_path().name, "flags": F.FLAGS, "seed": F.SEED,
+                                    "cases": results}, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {FUZZ_OUT}: {len(results)} cases")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slotlab", action="store_true", help="send the cases to `slotlab serve` (prints, writes nothing)")
+    ap.add_argument("--fuzz", action="store_true", help="the HTTP-edge fuzz (tests/serve/fuzz_edge.py)")
+    ap.add_argument("--missing", action="store_true", help="with --fuzz: record only what the golden lacks")
     args = ap.parse_args()
+    if args.fuzz:
+        return fuzz_main(args.slotlab, args.missing)
     d = tempfile.mkdtemp(prefix="bad-input-slots-")
     command = slotlab_serve_command() if args.slotlab else None
     with LlamaServer(default_model_path(), [*FLAGS, "--slot-save-path", d], command=command) as srv:

@@ -5,7 +5,13 @@ tests/serve/record_bad_input.py), and is healthy afterwards.
 One slotlab serve process for the module; the requests go in the recorded order. What each case
 compares is recorded with it (`compare`): the whole JSON body (errors), named fields of a success,
 the CORS headers, or the metric names and help lines. A case marked `undefined` is one where the
-server's answer is undefined (a negative slot id): slotlab refuses it with a clear 400 instead."""
+server's answer is undefined (a negative slot id): slotlab refuses it with a clear 400 instead.
+
+The HTTP-edge fuzz (tests/serve/fuzz_edge.py, golden_bad_input_fuzz.json, recorded by
+`record_bad_input.py --fuzz`) runs on a second slotlab serve with an API key: raw requests over
+classes (authentication, limits, header syntax, duplicate headers, framing, routes, methods, JSON
+oddities, field types), each answered as the real server answered it; where the server's answer is
+a fault slotlab does not copy, `fuzz_edge.DIVERGES` names the case and slotlab's documented answer."""
 
 from __future__ import annotations
 
@@ -17,9 +23,12 @@ import pytest
 
 from slotlab.llama.model import default_model_path
 from tests.golden.llama_server import LlamaServer, slotlab_serve_command
+from tests.serve import fuzz_edge as F
 from tests.serve.record_bad_input import send
 
 GOLDEN = json.loads(Path(__file__).with_name("golden_bad_input.json").read_text())
+FUZZ = json.loads(Path(__file__).with_name("golden_bad_input_fuzz.json").read_text())
+FUZZ_CLASSES = sorted({c["class"] for c in FUZZ["cases"]})
 MISSING = "<missing>"
 
 
@@ -84,4 +93,49 @@ def test_healthy_afterwards(answers):
     assert GOLDEN["after"] == {"health": 200, "completion": 200}
     assert answers["/health after"]["status"] == 200
     after = answers["completion after"]
+    assert after["status"] == 200 and after["response"]["tokens_predicted"] == 1
+
+
+@pytest.fixture(scope="module")
+def fuzz_answers():
+    d = tempfile.mkdtemp(prefix="bad-input-fuzz-slots-")
+    with LlamaServer(default_model_path(), [*FUZZ["flags"], "--slot-save-path", d],
+                     command=slotlab_serve_command()) as srv:
+        host, port = srv.url.removeprefix("http://").split(":")
+        got = {c["name"]: F.view(c, F.send(host, int(port), c)) for c in F.cases()}
+        got["completion after"] = send(srv.url, {"method": "POST", "path": "/completion", "body": json.dumps(
+            {"prompt": "Hello", "n_predict": 1}), "headers": {"Authorization": "Bearer " + F.KEY}})
+    return got
+
+
+def test_fuzz_generator_is_the_recorded_one():
+    """The cases are regenerated, not stored: the same names and bytes as when the server answered."""
+    assert FUZZ["flags"] == F.FLAGS and FUZZ["seed"] == F.SEED
+    assert [(c["name"], c["digest"]) for c in F.cases()] == [(c["name"], c["digest"]) for c in FUZZ["cases"]]
+    assert len(FUZZ["cases"]) >= 500 and len(FUZZ_CLASSES) >= 9
+
+
+@pytest.mark.parametrize("cls", FUZZ_CLASSES)
+def test_fuzz_class_answers_are_the_servers(fuzz_answers, cls):
+    cases = [c for c in FUZZ["cases"] if c["class"] == cls]
+    wrong = []
+    for c in cases:
+        got = fuzz_answers[c["name"]]
+        want = F.DIVERGES.get(c["name"], {}).get("slotlab", c["answer"])
+        if not (want(got) if callable(want) else got == want):
+            wrong.append(f"{c['name']}\n  want {json.dumps(c['answer'], ensure_ascii=False)[:300]}"
+                         f"\n  got  {json.dumps(got, ensure_ascii=False)[:300]}")
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ:\n" + "\n".join(wrong)
+
+
+def test_fuzz_divergences_are_the_servers_faults():
+    """Every documented divergence names a recorded case whose server answer is what it says."""
+    recorded = {c["name"]: c["answer"] for c in FUZZ["cases"]}
+    for name, d in F.DIVERGES.items():
+        assert name in recorded, name
+        assert d["server"](recorded[name]), (name, recorded[name])
+
+
+def test_fuzz_healthy_afterwards(fuzz_answers):
+    after = fuzz_answers["completion after"]
     assert after["status"] == 200 and after["response"]["tokens_predicted"] == 1
