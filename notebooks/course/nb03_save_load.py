@@ -20,7 +20,9 @@ The file is `llama_state_seq_save_file`'s body: a header, the slot's tokens (pac
 
 **slotlab extension, opt-in (`--slot-appendices`):** slotlab can append an `SCKP` checkpoint appendix
 (and an `SDFT` draft appendix) after the body; a stock llama-server of the same build restores the
-body and ignores them. By default slotlab writes and reads files exactly as the server does."""),
+body and ignores them. By default slotlab writes and reads files exactly as the server does. The SCKP
+format follows llama.cpp's open pull request #26004 ("server : preserve context checkpoints across
+slot save/restore"); it is not in upstream llama-server."""),
     code("""import tempfile, struct
 from pathlib import Path
 from slotlab.engine.scheduler import Engine
@@ -39,11 +41,16 @@ assert status == 200 and reply["n_saved"] == len(eng.slots[0].tokens) == 197 and
 The magic is `LLAMA_STATE_SEQ_MAGIC` = `0x67677371`, which `llama.h` calls 'ggsq': read as a number,
 most significant byte first, its four bytes are the ASCII codes of `g g s q` (0x67 0x67 0x73 0x71).
 The file stores it little-endian, least significant byte first, so the dump shows `71 73 67 67`, "qsgg".
-Then the version, 3 (llama-cpp-python's llama.cpp; the reference llama-server build writes 4, so slot
-files do not move between the two: spec 11.1), the number of 32-bit words of the token payload, and
+Then the version, 3 (`LLAMA_STATE_SEQ_VERSION`, llama.h:49; the reference llama-server is built from the
+same tree, so its slot files and slotlab's load in either, spec 11.1), the number of 32-bit words of the
+token payload, and
 the payload: marker -1 (`ff ff ff ff`), version 1, the token count, the tokens, a media count of 0.
 The sequence state follows. After it comes slotlab's SCKP appendix, whose magic `0x504b4353` was
-chosen the other way round: stored little-endian, it reads "SCKP" in the dump."""),
+chosen the other way round: stored little-endian, it reads "SCKP" in the dump.
+
+The save's `n_written` is the body: what `llama_state_seq_save_file` returns (its `file.tell()` after
+the state). The file is longer by the appendix; a stock server, which writes none, reports its file's
+size."""),
     code("""raw = (d / "log.bin").read_bytes()
 print(hexdump(raw, 0, 32))
 magic, version, n_words = struct.unpack_from("<III", raw)
@@ -51,6 +58,8 @@ print(f"magic 0x{magic:08x} = {magic.to_bytes(4, 'big')} as a number, {raw[:4]} 
       f"{n_words} words")
 body = reply["n_written"]
 print(hexdump(raw, body, 16))
+print(f"n_written {body:,} bytes; the file {len(raw):,} bytes = body + {len(raw) - body:,} bytes of appendix")
+assert (body, len(raw), len(raw) - body) == (3_637_120, 6_573_612, 2_936_492)   # n_written stops where SCKP starts
 assert hexdump(raw, 0, 32).splitlines() == [
     "00000000  71 73 67 67 03 00 00 00 c9 00 00 00 ff ff ff ff  qsgg............",
     "00000010  01 00 00 00 c5 00 00 00 02 00 00 00 74 28 00 00  ............t(.."]
@@ -78,7 +87,8 @@ print(f"appendix: {len(raw) - body:,} bytes; {n_ck} checkpoint, pos {ck.pos_min}
 assert body == 3637120 and len(raw) - body == 2936492 and n_ck == len(eng.slots[0].checkpoints) == 1
 assert len(prof.layers()) == 18 and len(prof.layers(swa=True)) == 15 and prof.n_swa == 512
 assert (ck.pos_min, ck.pos_max, ck.n_tokens, ck.size()) == (0, 190, 191, 2936440) and kv([0]) == 1024
-assert 197 * 18 * 1024 == 3631104 <= body and 191 * 15 * 1024 == 2933760 <= ck.size()"""),
+assert len(eng.slots[0].tokens) == 197 and len(eng.slots[0].tokens) * kv(prof.layers()) == 3_631_104 <= body
+assert (ck.pos_max - ck.pos_min + 1) * kv(prof.layers(swa=True)) == 2_933_760 <= ck.size()"""),
     md("""## Erase, restore, and the next request reuses the restored tokens
 Erase empties the slot; restore reads the file back (here with the appendix's checkpoint); the follow-up
 (the same prompt plus a question) reuses 190 tokens."""),
@@ -106,7 +116,7 @@ or before the cut can restore a state to continue from.
 * **Stock file**: restore brings the tokens and the KV, no checkpoint. The server prints `forcing full
   prompt re-processing due to lack of cache data` and the follow-up re-processes all 198 tokens:
   `cache_n` 0. This is what a llama-server user sees after restoring a slot of Gemma 3, and of any
-  hybrid or recurrent model (llama.cpp issue #26676).
+  hybrid or recurrent model (llama.cpp issues #25913 and #28194).
 * **With `--slot-appendices`**: the checkpoint `[0, 190]` comes back with the file; the server
   restores it and continues from 190 (the checkpoint's last token is evaluated again,
   `TAG_CHECKPOINTS_FIX_POS_MIN`): `cache_n` 190. The 5 tokens between 190 and 195 are processed

@@ -36,14 +36,20 @@ def trace(name):
 eng = Engine(trace("hybrid_agent_loop").flags)
 info = eng.memory.info
 print(f"seq_rm {info.seq_rm_type}, can_shift {info.can_shift}, checkpoints needed: {info.needs_checkpoints}")
-assert info.seq_rm_type == "FULL" and info.needs_checkpoints
+assert info.seq_rm_type == "FULL" and info.needs_checkpoints and not info.can_shift
 eng.close()"""),
+    md("""`can_shift` is false not because of the recurrent layers (a recurrent state shifts trivially:
+llama-memory-recurrent.cpp) but because Qwen3.5's attention uses M-RoPE (`LLAMA_ROPE_TYPE_IMROPE`, four
+positions per embedding), which the KV cache cannot shift; a hybrid memory shifts only if its attention
+part can. The server therefore switches `--cache-reuse` off at load on this model."""),
     md("""## 1. An agent loop: every turn re-processes the tail
 Each turn appends the assistant's tool call and the tool's result. The slot holds the previous prompt
 *and* the reply it generated, but the recurrent state has moved past them: the server can only go back
-to a checkpoint, and it takes them a few tokens before each prompt's end (4 and `4 + n_ubatch`). So every
-turn loses the last few prompt tokens plus the reply — by design, and no flag moves that checkpoint:
-each candidate (more checkpoints, `--checkpoint-min-step 0`) is tried and saves nothing, so none is
+to a checkpoint, and it takes them a few tokens before each prompt's end (4 and `4 + n_ubatch`). So when
+the client's next prompt does not carry the reply token for token (here the agent's tool call replaces
+what the model generated), every turn loses the last 4 prompt tokens plus the reply; a client that
+echoes the reply verbatim loses nothing, since the recurrent state then sits exactly where the new
+prompt continues. No flag moves that checkpoint: each candidate (more checkpoints, `--checkpoint-min-step 0`) is tried and saves nothing, so none is
 suggested."""),
     code("""# not asserted: the prompt / held texts (pieces of the tiny model's test vocabulary, not figures)
 d1 = diagnose_trace(trace("hybrid_agent_loop"), max_misses=2)
@@ -56,13 +62,20 @@ assert d1.lost_by_cause == {"checkpoint_early": 24}
 assert all(c.saved <= 0 for cs in d1.tried.values() for c in cs)   # no flag saves it"""),
     md("""Drawn against each turn's prompt: blue is what the server reused (`n_past`, its `cache_n`: up to the
 restored checkpoint), the thin light-red band the tokens between that checkpoint and the point where the
-prompt differs from what the slot held (the tail of the previous prompt and the reply, processed
-again), and the light orange the new turn. The loss does not grow with the conversation: it is the
-checkpoint's distance from the prompt's end, every turn."""),
+prompt differs from what the slot held: the last 4 tokens of the previous prompt, processed again. The
+prompt differs exactly where the reply began (each turn's divergence is the previous turn's prompt
+length): the client replaced the reply, so it is part of the light orange, the new turn. The loss does
+not grow with the conversation: it is the checkpoint's distance from the prompt's end, every turn."""),
     code("""from slotlab.figures import misses as miss_figure, png
 
-assert [m.lost for _, m in d1.misses] == [4] * 6
-png.image(miss_figure.requests_figure(d1.misses, title="hybrid_agent_loop: each turn's prompt tokens"))"""),
+ms = [m for _, m in d1.misses]
+assert [m.possible for m in ms[1:]] == [m.n_prompt for m in ms[:-1]]   # diverges where the reply began
+fig = miss_figure.requests_figure(d1.misses, title="hybrid_agent_loop: each turn's prompt tokens "
+                                  "(the prompt tail lost; the reply replaced by the client)")
+bars = fig.axes[0].patches                                  # per row: reused, lost, new
+assert [b.get_width() for b in bars[1::3]] == [m.possible - m.n_past for m in ms]
+assert [b.get_x() for b in bars[2::3]] == [m.possible for m in ms]   # the new turn starts at the reply
+png.image(fig)"""),
     md("""## 2. A client that rewrites a header early in the system prompt
 A timestamp or billing header near the top of the prompt changes every turn. The prompt diverges a few
 tokens in; every checkpoint lies after that point, so the whole prompt is processed again. More
@@ -81,8 +94,9 @@ assert first.suggest[-1].startswith("keep the prompt's first")
 assert d2.best(d2.misses[0][0]) is None    # more checkpoints, or -cms 0: tried, saved nothing
 assert not first.flags()                     # so no flag is suggested: only the client's fix"""),
     md("""## 3. Checkpoint spacing: `--ctx-checkpoints 2` with `--checkpoint-min-step 24`
-A long conversation with only two checkpoints: the oldest are erased (FIFO) as new ones come, so a
-branch back to an early turn finds none at or before it. The explanation names the erasures by the
+A long conversation with only two checkpoints: when the list is full the server first erases another
+request's checkpoint that lies within `-cms` 24 tokens of the previous one (three times here, each at
+once re-created), then the oldest (FIFO), so a branch back to an early turn finds none at or before it. The explanation names the erasures by the
 cap; the counterfactual tries larger caps."""),
     code("""# not asserted: the prompt / held texts (the causes, counts and checkpoints are)
 d3 = diagnose_trace(trace("hybrid_ctx_checkpoints_min_step"), max_misses=3)
@@ -121,6 +135,9 @@ st = PanelState.from_bus(out["engine"].events)
 assert [(a, b) for a, b, *_ in st.slots[0].checkpoints] == [(23, 23), (26, 26)]   # --ctx-checkpoints 2
 assert {k for _, _, k, *_ in st.ckpt_marks} >= {"created", "evict"}
 assert st.slots[0].prov[0][:2] == (0, st.slots[0].n_prompt) and st.slots[0].prov[0][2] == "prefill"
+erased = [(e.data["reason"], e.data["n_tokens"]) for e in out["engine"].events.log if e.kind == "checkpoint_evict"]
+assert [n for r, n in erased if r == "too_close"] == [42, 74, 106]   # within -cms 24 of the previous kept one
+assert sum(r == "fifo" for r, _ in erased) == 11                     # then the oldest, as the real server did
 display(panel_image(st))
 out["engine"].close()"""),
     md("""## Reading your own server
