@@ -133,6 +133,12 @@ class Model:
         """Concatenate the pieces as the server's `tokens_to_str` does (special tokens rendered)."""
         return b"".join(self.token_to_piece(t) for t in tokens).decode("utf-8", errors="replace")
 
+    def fim_tokens(self) -> tuple[int, int, int]:
+        """The fill-in-the-middle tokens (prefix, suffix, middle), -1 where the vocabulary has none:
+        llama-server refuses `/infill` by which of them are missing (server-context.cpp:4813-4824)."""
+        return (int(lib.llama_vocab_fim_pre(self.vocab)), int(lib.llama_vocab_fim_suf(self.vocab)),
+                int(lib.llama_vocab_fim_mid(self.vocab)))
+
     def is_eog(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_eog(self.vocab, int(token)))
 

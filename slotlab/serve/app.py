@@ -640,7 +640,7 @@ def build_app(engine):
         Route("/metrics", api.metrics), Route("/v1/models", api.models), Route("/models", api.models),
     ]
     # the server's other routes, answered as it answers them without the feature (slotlab.serve.unmodelled)
-    routes += [Route(path, fn, methods=m) for path, fn, m in Unmodelled(engine.params).routes()]
+    routes += [Route(path, fn, methods=m) for path, fn, m in Unmodelled(engine.params, fim=engine.model.fim_tokens() if engine.model is not None else None).routes()]
     # ex_wrapper: an exception is the server's JSON error, never a plain-text page
     routes = [Route(r.path, E.wrap(r.endpoint), methods=r.methods) for r in routes]
     gcp = GcpParams()

@@ -37,9 +37,19 @@ def _not_modelled(what: str) -> JSONResponse:
                    "not_supported_error")
 
 
+def infill_unsupported(fim: tuple[int, int, int] | None) -> str:
+    """The server's reason to refuse `/infill` for a model (server-context.cpp:4813-4824): each missing
+    FIM token named in its order; empty when the model has all three (or none is known: no model)."""
+    if fim is None:
+        return ""
+    names = ("prefix", "suffix", "middle")
+    return "".join(f"{n} token is missing. " for n, t in zip(names, fim) if t < 0)
+
+
 class Unmodelled:
-    def __init__(self, params):
+    def __init__(self, params, fim: tuple[int, int, int] | None = None):
         self.p = params
+        self.infill_err = infill_unsupported(fim)
 
     async def embeddings(self, request: Request):
         if not getattr(self.p, "embedding", False):
@@ -54,6 +64,9 @@ class Unmodelled:
         return _not_modelled("reranking")
 
     async def infill(self, request: Request):
+        # the model check comes first, before the body is read (as the server's handler does)
+        if self.infill_err:
+            return E.error(501, f"Infill is not supported by this model: {self.infill_err}", "not_supported_error")
         return _not_modelled("/infill")
 
     async def transcriptions(self, request: Request):

@@ -582,11 +582,6 @@ DIVERGES: dict[str, dict] = {
     "framing: Content-Length longer than the body, closed": {"server": _is(400),
                                                              "slotlab": {"status": "closed", "acao": None,
                                                                          "response": None}},
-    # /infill needs the model's FIM tokens; slotlab does not model infill: its own 501
-    "routes: POST /infill with an empty object": {"server": _is(501, "not_supported_error"),
-                                                  "slotlab": _slotlab_501("/infill")},
-    "routes: POST /infill with broken JSON": {"server": _is(501, "not_supported_error"),
-                                              "slotlab": _slotlab_501("/infill")},
     # a field slotlab does not model (context shift): its 501, not a silent acceptance
     "fields: /completion n_discard int": {"server": _is(200),
                                           "slotlab": _slotlab_501('the request field "n_discard"')},
