@@ -219,7 +219,7 @@ def test_a_request_with_sampling_runs_on_paper(gemma):
     outs = []
     for sampling in (None, SamplingParams(seed=1)):
         for make in (lambda p: Engine(p, memory=PaperMemory.from_params(p, profile=gemma), allocate=paper_allocate),
-                     lambda p: paper_engine(p, profile=gemma)):
+                     lambda p: paper_engine(p, profile=gemma)[0]):  # paper_engine gives (engine, allocator)
             eng = make(ServerParams.from_args(["-np", "1", "-c", "1024"]))
             try:
                 t = eng.submit(list(range(10, 40)), n_predict=4, sampling=sampling)
