@@ -38,6 +38,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from slotlab.errors import TraceError
+
 KINDS = ("system_changed", "tools_changed", "message_edited", "message_inserted", "compacted", "reply_not_echoed",
          "other")
 
@@ -321,7 +323,6 @@ def client_changes(calls: Sequence[Call], renderer: Renderer,
 
 def check_messages(where: str, msgs, field_name: str = "messages") -> None:
     """A call's `messages` as a chat endpoint takes them; a TraceError names `where` and the field."""
-    from slotlab.sim.traces import TraceError
 
     if not isinstance(msgs, list) or not msgs:
         raise TraceError(f"{where}, field '{field_name}': expected a non-empty array of messages")
@@ -330,7 +331,6 @@ def check_messages(where: str, msgs, field_name: str = "messages") -> None:
 
 
 def check_message(where: str, m, f: str) -> None:
-    from slotlab.sim.traces import TraceError
 
     if not isinstance(m, dict):
         raise TraceError(f"{where}, field '{f}': expected an object with \"role\" and \"content\"")
@@ -364,7 +364,6 @@ def check_message(where: str, m, f: str) -> None:
 
 def check_tools(where: str, tools) -> None:
     """A call's `tools` as OpenAI's chat API takes them: `[{"type": "function", "function": {"name", ...}}]`."""
-    from slotlab.sim.traces import TraceError
 
     if not isinstance(tools, list):
         raise TraceError(f"{where}, field 'tools': expected an array of tools, got {tools!r}")

@@ -21,3 +21,9 @@ class ShiftNotSupported(SlotlabError):
 
 class StateError(SlotlabError):
     """A sequence state blob or slot file could not be read, written or restored."""
+
+
+class TraceError(SlotlabError, ValueError):
+    """A trace, request log or session log that cannot be read; the message names the file, the line
+    (or the request) and the field. One class for every reader (engine/replay.py, sim/traces.py,
+    conversation.py), so a caller catches one thing."""

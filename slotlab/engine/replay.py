@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from slotlab.errors import SlotlabError
+from slotlab.errors import TraceError  # noqa: F401  (replay.TraceError stays importable)
 
 _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
                "wait": bool, "temperature": (int, float), "seed": int, "message_delimiters": list,
@@ -27,8 +27,6 @@ _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": 
 _ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
 
 
-class TraceError(SlotlabError, ValueError):
-    """A malformed trace file; the message names the line or the request and field."""
 
 
 @dataclass

@@ -55,7 +55,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slotlab.errors import SlotlabError
+from slotlab.errors import TraceError
 
 __all__ = ["SimRequest", "SimTrace", "TraceError", "block_tokens", "load_sim_trace", "load_mooncake", "load_sessions",
            "trace_kind", "infinite_cache_bound"]
@@ -96,8 +96,6 @@ class SimTrace:
     vocab: object = None  # the tokenizer the requests need at submit time (session logs: message_delimiters)
 
 
-class TraceError(SlotlabError, ValueError):
-    """A trace the importers cannot read; the message names the file, the line and the field."""
 
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
