@@ -151,6 +151,40 @@ def simulate_main(argv: list[str]) -> int:
     return 0
 
 
+def calibrate_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="slotlab calibrate", description="Time the model through slotlab's engine on "
+                                 "this machine (prompts of 1..512 tokens, a conversation 2k tokens deep, 1-4 sequences "
+                                 "generating) and fit the speed model `slotlab simulate --speed` uses.",
+                                 epilog="Other arguments are llama-server flags for the calibration engine (default: "
+                                        "the server's defaults with -c 4096).")
+    ap.add_argument("-m", "--model", help="GGUF (default: the embedded model)")
+    ap.add_argument("-t", "--threads", type=int, help="threads (default: the core count)")
+    ap.add_argument("-o", "--output", help="write the speed model JSON here")
+    ap.add_argument("--repeats", type=int, default=5, help="requests of each kind (default 5)")
+    ap.add_argument("--measurements", help="also write every recorded step as JSON here")
+    args, flags = ap.parse_known_args(argv)
+    from slotlab.sim.speed import calibrate
+
+    speed, meas = calibrate(args.model, n_threads=args.threads, repeats=args.repeats, flags=flags)
+    for n, t in meas["table"]:
+        print(f"decode of {n:4d} tokens (one sequence): {1e3 * t:9.2f} ms  (the model's step around it: "
+              f"{1e3 * speed.decode_time(n, 0):.2f} ms)")
+    if meas.get("step"):
+        print(f"engine generation step:                {1e3 * meas['step'][1]:9.2f} ms  (model "
+              f"{1e3 * speed.decode_time(1, 1, 40, 40):9.2f} ms)")
+    for k, t in meas["seqs"]:
+        print(f"engine step, {k} sequences generating:  {1e3 * t:9.2f} ms  (model "
+              f"{1e3 * speed.decode_time(k, k, 40 * k, 40 * k):9.2f} ms)")
+    if meas.get("copy"):
+        print(f"state copies: {meas['copy'][0] / 1e6:.1f} MB in {1e3 * meas['copy'][1]:.1f} ms")
+    print(f"speed model: {speed.source}; prefill {speed.prefill_rate():.0f} tok/s, generation {speed.gen_rate():.1f} tok/s")
+    if args.output:
+        Path(args.output).write_text(speed.to_json())
+    if args.measurements:
+        Path(args.measurements).write_text(json.dumps(meas) + "\n")
+    return 0
+
+
 class WhyFold:
     """`simulate --why`: the engine's own explainer (attached before its first event) read after the run,
     each miss mapped to its request (with --why every task_queued is emitted, in arrival order)."""

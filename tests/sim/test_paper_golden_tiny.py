@@ -79,7 +79,9 @@ def _diffs(want, out, theirs, content: bool) -> list[str]:
 
 
 def test_every_tiny_trace_is_here():
-    assert len(TRACES) == 22 and {t.split("_")[0] for t in TRACES} == {"hybrid", "recurrent"}
+    # the 22 of issue 22 and the slot-action scenario on each model (issue 20)
+    assert len(TRACES) == 24 and {t.split("_")[0] for t in TRACES} == {"hybrid", "recurrent"}
+    assert {"hybrid_slot_actions", "recurrent_slot_actions"} <= set(TRACES)
 
 
 @pytest.mark.parametrize("name", TRACES)
