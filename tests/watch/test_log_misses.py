@@ -61,4 +61,7 @@ def test_watch_why_prints_causes_and_totals():
     lines = out.splitlines()
     assert any(ln.startswith("#2 ") and "f_keep 0.05 < 0.25" in ln for ln in lines), out
     assert any(ln.startswith("#3 ") and "did not beat the slot or an earlier entry" in ln for ln in lines), out
-    assert lines[-1] == "tokens lost by cause: two_axis 66, floor 7"
+    # the totals close the explanations; only notes (a server log has no chat messages) follow them
+    body = [ln for ln in lines if not ln.startswith("note: ")]
+    assert body[-1] == "tokens lost by cause: two_axis 66, floor 7"
+    assert any(ln.startswith("note: a server log carries no chat messages") for ln in lines[lines.index(body[-1]):])
