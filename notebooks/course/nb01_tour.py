@@ -231,12 +231,16 @@ from slotlab.panel.static import panel_image, panel_state
 pd = figure_data(panel_state(eng))
 marks = sorted(zip(pd.evictions.x, pd.evictions.y, pd.evictions.symbol))
 one, two = legend_entries(pd)
-print("plot 3, evictions by reason:", sorted(Counter(pd.evictions.y).items()))
+by_reason = Counter()
+for r, n in zip(pd.evictions.y, pd.evictions.symbol):
+    by_reason[r] += n  # a mark stands for n evictions of one reason at one moment
+print("plot 3, evictions by reason:", sorted(by_reason.items()))
 print("legend, plot 1:", [label for _, label in one])
 print("legend, plot 2:", [label for _, label in two])
 evicted = Counter((round(e.t, 3), e.data["reason"]) for e in eng.events.log if e.kind == "cache_evict" or
                   e.kind == "slot_clear" and e.data["reason"] == "idle_clear" and e.data["n_tokens"] > 0)
 assert marks == sorted((t, r, n) for (t, r), n in evicted.items())     # one mark per eviction time and reason
+assert by_reason == Counter(r for (_, r), n in evicted.items() for _ in range(n))  # every eviction counted once
 assert [k for k, _ in one] == [k for k in pd.prov if pd.prov[k].x] + ["divergence"] * bool(pd.divergence.x)
 panel_image(eng)"""),
     md("""## Try this

@@ -124,18 +124,22 @@ assert x.why(1) == ("slot 3 chosen by LCP similarity (f_sim 0.98 > 0.10); slot k
 assert lcp.message == "selected slot by LCP similarity, f_sim_best = 0.976 (> 0.100 thold), f_keep = 0.967"
 assert check.message == "checking checkpoint with [0, 323] against 0..."
 assert x.miss(1).line().endswith("the memory could not be cut back to 320 (pos_min 0 >= 0) and no checkpoint was at "
-                                 "or before it; checkpoints at n_tokens [324] — try --swa-full")
+                                 "or before it; checkpoints at n_tokens [324] — untested: try --swa-full; keep the prompt's first 320 "
+                                 "tokens stable: it changes right there")
 assert x.miss(1).lost == 320 and x.miss(1).prompt_text == " 24.\\nUser Ben: question 0 about"  # after Rule 24
 m = x.miss(4)
 assert (m.cause, m.lost, m.possible) == ("dropped", 328, 328)
 assert ("slot content slot 3 with 331 tokens was overwritten by task 1, which kept the slot (f_sim 0.98 > -sps, "
-        "f_keep 0.97 >= 0.50) without saving it to the RAM cache — try -sps 0.99") in m.line()"""),
+        "f_keep 0.97 >= 0.50) without saving it to the RAM cache — untested: try -sps 0.99, or -np 5") in m.line()"""),
     md("""Ben's prompt shares 320 of its 328 tokens with Ana's 331 (`f_sim` 0.976, `f_keep` 0.967 ≥ 0.50): the slot is
 kept. Its only checkpoint, [0, 323], ends after the divergence at 320 (a usable one needs `pos_max` ≤
 `pos_next`, spec 3.5), so the server prints `forcing full prompt re-processing` and erases it; Ana's 331
 tokens are then overwritten without ever being saved. When Ana returns
-(task 4), all 328 tokens she could have reused are gone. `-sps 0.99` would send Ben to LRU instead,
-which saves the slot first.
+(task 4), all 328 tokens she could have reused are gone. The why lines mark their flags *untested*: read
+from events alone, they name only the flags whose precondition the events show, and `slotlab replay
+--why` replays each and keeps only those that reuse more. `-sps 0.99` would send Ben to the
+least-recently-used slot, but LRU saves the slot it picks (here an empty one), not Ana's: where Ana's
+conversation is saved in the settings below, the idle-slot loop saved it.
 
 **Separate slots (`-np 2 -sps 0`, not unified)** do *not* keep conversations in their slots: with
 `-sps 0` every request goes to the slot released longest ago, so the two slots alternate between
