@@ -23,7 +23,7 @@ import numpy as np
 from slotlab.memory.profile import GGML_TYPES, ModelProfile, row_size
 
 __all__ = ["CacheSpec", "I32_MAX", "IO_MAGIC", "LLAMA_MAX_SEQ", "LayerSpec", "RecurrentSpec", "STATE_SEQ_MAGIC",
-           "STATE_SEQ_VERSION", "Source", "StateReadError", "Writer", "kv_layers", "pad", "read_kv_part", "read_rs_part",
+           "Cursor", "STATE_SEQ_VERSION", "Source", "StateReadError", "Writer", "kv_layers", "pad", "read_kv_part", "read_rs_part",
            "write_kv_part", "write_rs_part"]
 
 LLAMA_MAX_SEQ = 256
@@ -240,21 +240,28 @@ class Source:
         return self.buf[off:off + n].tobytes()
 
 
+class Cursor:
+    """A read position in a `Source` (or a uint8 buffer): both part readers walk a state with it, each
+    `take` checked against the end as llama.cpp's `llama_io_read_buffer` checks it."""
+
+    def __init__(self, src, off: int):
+        self.src = src if isinstance(src, Source) else Source(np.asarray(src, dtype=np.uint8))
+        self.off = off
+
+    def take(self, n: int, skip: bool = False) -> bytes:
+        b = self.src.take(self.off, n, skip)
+        self.off += n
+        return b
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self.take(4))[0]
+
+
 def read_kv_part(src, off: int, spec: CacheSpec) -> tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]:
     """Parse one cache's part of a real-format state (`src`: a uint8 buffer or a `Source`) from `off`;
     returns (new offset, [(stream, positions, tokens)]). Raises StateReadError where llama.cpp fails."""
-    if not isinstance(src, Source):
-        src = Source(np.asarray(src, dtype=np.uint8))
-
-    def take(n: int, skip: bool = False) -> bytes:
-        nonlocal off
-        b = src.take(off, n, skip)
-        off += n
-        return b
-
-    def u32() -> int:
-        return struct.unpack("<I", take(4))[0]
-
+    cur = Cursor(src, off)
+    take, u32 = cur.take, cur.u32
     if u32() != spec.n_stream:
         raise StateReadError("n_stream mismatch")
     out = []
@@ -297,7 +304,7 @@ def read_kv_part(src, off: int, spec: CacheSpec) -> tuple[int, list[tuple[int, n
                     raise StateReadError("mismatched value type or size")
                 take(nv * c * l.v_el, skip=True)
         out.append((s, pos, tok))
-    return off, out
+    return cur.off, out
 
 
 
@@ -317,16 +324,9 @@ def write_rs_part(w: Writer, spec: RecurrentSpec, pos: np.ndarray) -> None:
 def read_rs_part(src, off: int, spec: RecurrentSpec) -> tuple[int, np.ndarray]:
     """Parse a recurrent part from `off`: (new offset, the cells' positions). Raises StateReadError
     where `state_read_meta` / `state_read_data` fail."""
-    if not isinstance(src, Source):
-        src = Source(np.asarray(src, dtype=np.uint8))
-
-    def take(n: int, skip: bool = False) -> bytes:
-        nonlocal off
-        b = src.take(off, n, skip)
-        off += n
-        return b
-
-    (c,) = struct.unpack("<I", take(4))
+    cur = Cursor(src, off)
+    take = cur.take
+    c = cur.u32()
     if c > spec.size:
         raise StateReadError("not enough cells in kv cache")
     pos = np.empty(c, dtype=np.int32)
@@ -346,4 +346,4 @@ def read_rs_part(src, off: int, spec: RecurrentSpec) -> tuple[int, np.ndarray]:
             if tt != t or rr != row:
                 raise StateReadError("mismatched r/s type or row size")
             take(c * row, skip=True)
-    return off, pos
+    return cur.off, pos
