@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from slotlab.errors import TraceError  # noqa: F401  (replay.TraceError stays importable)
+from slotlab.errors import TraceError
 
 _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": bool, "n_cache_reuse": int,
                "wait": bool, "temperature": (int, float), "seed": int, "message_delimiters": list,
