@@ -151,6 +151,10 @@ def cmd_replay(argv: list[str]) -> int:
         else:
             print("\n".join(diag.lines()))
         return 0
+    # --events: each miss's cause rides the stream as a request_miss event (the explainer, a view)
+    from slotlab import explain
+
+    observers = (explain.attach,) if args.events else ()
     if args.memory == "paper":
         from slotlab.engine.params import ServerParams
         from slotlab.engine.replay import resolve_flags
@@ -158,9 +162,9 @@ def cmd_replay(argv: list[str]) -> int:
         from slotlab.sim.paper_replay import replay_on_paper
 
         vocab = Model(ServerParams.from_args(resolve_flags(trace.flags)).model)
-        out = replay_on_paper(trace, model=vocab, progress=progress)
+        out = replay_on_paper(trace, model=vocab, progress=progress, observers=observers)
     else:
-        out = replay(trace, progress=progress)
+        out = replay(trace, progress=progress, observers=observers)
     eng = out.pop("engine")
     out.pop("tasks")
     if args.events:

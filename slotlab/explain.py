@@ -11,6 +11,8 @@ them carries text-making code."""
 from __future__ import annotations
 
 import collections
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -436,15 +438,29 @@ def _params_of(init: dict) -> dict:
     return out
 
 
+#: bus -> its attached explainer: attaching twice (a panel on an engine built with the explainer as
+#: an observer) must not emit every request_miss twice
+_ATTACHED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def attach(bus) -> "Explainer":
     """Fold `bus` as it goes and emit a `request_miss` event (slotlab.engine.event_types) right after
     each prompt plan whose request lost reusable tokens, so every consumer of the stream (the panel's
-    event log, `replay --events`, a notebook) sees the cause as data. Returns the explainer."""
+    event log, `replay --events`, a notebook) sees the cause as data. Returns the explainer (the one
+    already attached, if any). The engine imports no view: a front end passes this as one of
+    `Engine(observers=...)` (then it sees the first event) or calls it on `engine.events` (a panel
+    does, when it opens: it folds what the bus still holds first, silently)."""
+    if bus in _ATTACHED:
+        return _ATTACHED[bus]
     x = Explainer()
+    _ATTACHED[bus] = x
+    lock = threading.RLock()  # re-entrant: a request_miss emitted while draining comes back through on_event
+    state = {"upto": -1, "early": []}  # while the history is folded, live events wait in `early`
 
-    def on_event(e) -> None:
-        if e.kind == "request_miss":
+    def apply(e) -> None:
+        if e.kind == "request_miss" or e.seq <= state["upto"]:
             return
+        state["upto"] = e.seq
         r = x.apply(e)
         if r is not None and r.miss is not None:
             m = r.miss
@@ -452,5 +468,22 @@ def attach(bus) -> "Explainer":
                      possible=m.possible, n_past=m.n_past, n_prompt=m.n_prompt, where=m.where, detail=m.detail,
                      prompt_text=m.prompt_text, held_text=m.held_text, suggest=[*m.untested, *m.suggest])
 
+    def on_event(e) -> None:
+        with lock:
+            if state["early"] is not None:
+                state["early"].append(e)
+                return
+        apply(e)  # outside the lock: request_miss is emitted to every subscriber from here
+
+    # subscribe first, then fold what the bus holds (an engine already running: a panel opened late),
+    # silently; events that arrived meanwhile are applied after it, once each, in seq order
     x.unsubscribe = bus.subscribe(on_event)
+    for e in bus.replayable() if bus.log else ():
+        if e.kind != "request_miss" and e.seq > state["upto"]:
+            x.apply(e)
+            state["upto"] = e.seq
+    with lock:  # the engine's thread waits in on_event until the early ones are applied, so order holds
+        early, state["early"] = state["early"], None
+        for e in early:
+            apply(e)
     return x

@@ -25,6 +25,7 @@ format follows llama.cpp's open pull request #26004 ("server : preserve context 
 slot save/restore"); it is not in upstream llama-server."""),
     code("""import tempfile, struct
 from pathlib import Path
+from slotlab import explain
 from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary, action, hexdump
 from slotlab.figures import slot_file
@@ -130,7 +131,8 @@ marked *untested*; it does not offer `--checkpoint-min-step`, which only spaces 
 user messages (there are none without message delimiters)."""),
     code("""cache_n, prompt_n, bodies, lines, misses = {}, {}, {}, {}, {}
 for label, extra, fn in (("stock", "", "stock.bin"), ("appendix", " --slot-appendices", "appendix.bin")):
-    e = Engine(f"-np 1 -c 4096 --slot-save-path {d}" + extra, model=eng.model)
+    # explanations are a view: attached, each miss's cause rides the event stream as request_miss
+    e = Engine(f"-np 1 -c 4096 --slot-save-path {d}" + extra, model=eng.model, observers=[explain.attach])
     ask(e, prompt, 3)
     bodies[label] = action(e, "save", 0, fn)[1]["n_written"]
     action(e, "erase", 0); action(e, "restore", 0, fn)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from slotlab.engine import event_types as T
-from slotlab.engine.drops import Drop
 from slotlab.engine.emit import Emitter
 from slotlab.engine.prompt_cache import CacheRecord, LoadResult, PromptCache
 from slotlab.memory import Memory, require_seq_rm
@@ -31,11 +30,11 @@ class CacheGlue:
     """Prompt save / load / clear between slots, the memory and the RAM cache (None: `--cache-ram 0`).
     The cache must queue its records (`PromptCache(record=True)`): the glue drains them."""
 
-    def __init__(self, cache: PromptCache | None, memory: Memory, emit: Emitter, on_drop=None):
+    def __init__(self, cache: PromptCache | None, memory: Memory, emit: Emitter, hindsight=None):
         if cache is not None and not cache.recording:
             raise ValueError("CacheGlue drains the cache's records: build the PromptCache with record=True")
         self.cache, self.memory, self.emit = cache, memory, emit
-        self.on_drop = on_drop  # told of content the server throws away, a `Drop` (for explanations)
+        self.hindsight = hindsight  # told of content the server throws away (engine/hindsight.py), or None
 
     # -- reporting the cache's own decisions as this slot's / task's events -------------------------
 
@@ -52,14 +51,14 @@ class CacheGlue:
             fields.update(self.entry_json(entry))
         if rec.result is not None:
             fields.update(scores_json(rec.result), preview=False)
-        drop = (kind == T.CACHE_EVICT and entry is not None and self.on_drop is not None
+        drop = (kind == T.CACHE_EVICT and entry is not None and self.hindsight is not None
                 and fields.get("reason") not in ("loaded", "obsolete_prefix"))  # a hit or a superseded prefix loses nothing
         for k, v in fields.items():  # events carry plain numbers (the cache computes in float32)
             if isinstance(v, np.floating):
                 fields[k] = float(v)
         ev = self.emit(kind, rec.message, level=rec.level, slot=sid, task=tid, **fields)
         if drop:
-            self.on_drop(Drop(entry.tokens, "entry", entry.id, fields["reason"], ev.seq))
+            self.hindsight.entry_dropped(entry, fields["reason"], ev.seq)
 
     def entry_json(self, e) -> dict:
         """What a view shows of an entry besides its size: the byte split, checkpoints, a text head."""
@@ -114,16 +113,17 @@ class CacheGlue:
         self._report(slot, task)
 
     def preview(self, slot, task) -> None:
-        """The scores `load` would give, without loading (a view's preview; the server logs nothing)."""
-        res = self.cache.load(slot.tokens.view(), task.tokens, emit=False)
+        """The scores `load` would give, without loading (a view's preview; the server logs nothing):
+        asked only where hindsight is kept (engine/hindsight.py)."""
+        res = self.hindsight.preview(self.cache, slot, task)
         self.emit(T.CACHE_LOAD_SCORES, "", slot=slot, task=task.id, preview=True, **scores_json(res))
 
     def prompt_clear(self, slot, reason: str = "clear") -> None:
         """`server_slot::prompt_clear`: the slot's KV, tokens and checkpoints are dropped."""
         ev = self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
                        n_tokens=len(slot.tokens))
-        if self.on_drop is not None and len(slot.tokens) and reason != "load_failed":
-            self.on_drop(Drop(slot.tokens.copy(), "slot", slot.id, reason, ev.seq))
+        if self.hindsight is not None and reason != "load_failed":
+            self.hindsight.slot_dropped(slot, reason, ev.seq)
         require_seq_rm(self.memory, slot.id, -1, -1)
         slot.tokens.clear()
         slot.checkpoints = []

@@ -18,7 +18,6 @@ the unit tests all run the same code. Nothing here knows about threads (driver.p
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 from typing import Any, Callable
@@ -29,9 +28,9 @@ from slotlab.engine import event_types as T
 from slotlab.engine.cache_glue import CacheGlue
 from slotlab.engine.cache_reuse import apply_cache_reuse
 from slotlab.engine.checkpoints import CheckpointPolicy
-from slotlab.engine.drops import Drop, held_prefix
 from slotlab.engine.emit import Emitter
 from slotlab.engine.events import EventBus
+from slotlab.engine.hindsight import Hindsight
 from slotlab.engine.messages import find_message_spans, parse_delimiters
 from slotlab.engine.metrics import Metrics
 from slotlab.engine.params import ServerParams
@@ -53,7 +52,7 @@ class ServerCore:
     """The slots, the queue, the RAM cache and the rules of one llama-server, over `memory`."""
 
     def __init__(self, params: ServerParams, memory: Memory, *, events: EventBus | None = None,
-                 allocate: Callable[[int], Any] | None = None):
+                 allocate: Callable[[int], Any] | None = None, hindsight: bool = True):
         check_memory(memory)
         self.params, self.memory = params, memory
         info = memory.info
@@ -68,10 +67,10 @@ class ServerCore:
         if params.cache_ram != 0:
             kw = {"allocate": allocate} if allocate is not None else {}
             self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, record=True, **kw)
-        # what the server held and dropped lately (cleared slots, evicted entries): a miss whose prefix
-        # was dropped is explained by the drop (slotlab.explain); bounded, references only
-        self.dropped: collections.deque[Drop] = collections.deque(maxlen=32)
-        self.glue = CacheGlue(self.cache, memory, self.emit, on_drop=self.dropped.append)
+        # what the server held and dropped lately, for explanations only (engine/hindsight.py); None:
+        # nobody will ask why (the decisions are the same, slot_decision's held / lost stay None)
+        self.hindsight = Hindsight(self.vocab) if hindsight else None
+        self.glue = CacheGlue(self.cache, memory, self.emit, hindsight=self.hindsight)
         self.cache_idle_slots = params.cache_idle_slots_effective
         self.checkpoints = CheckpointPolicy(memory, params.ctx_checkpoints, params.checkpoint_min_step, self.emit)
         self.spec = Speculative(memory, self.emit, params.draft_max, params.draft_min) if info.has_draft else None
@@ -263,7 +262,8 @@ class ServerCore:
 
     def _get_available_slot(self, task: Task) -> Slot | None:
         slot_lcps = [s.tokens.get_common_prefix(task.tokens) for s in self.slots]  # shared by both scans
-        held, lost = held_prefix(task.tokens, self.slots, slot_lcps, self.cache, self.dropped, self.vocab)
+        held, lost = (None, None) if self.hindsight is None else self.hindsight.held(task.tokens, self.slots,
+                                                                                     slot_lcps, self.cache)
         sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.params.slot_prompt_similarity,
                                  lcps=slot_lcps)
         self._emit_selection(sel, task)
@@ -287,7 +287,7 @@ class ServerCore:
             self.glue.update(ret, task)
             self.emit(T.CACHE_UPDATE_END, f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
                       task=task.id)
-        if ret is not None and self.cache is not None and decision["load"] is None:
+        if ret is not None and self.cache is not None and decision["load"] is None and self.hindsight is not None:
             self.glue.preview(ret, task)
         self.emit(T.SLOT_DECISION, "", slot=ret.id if ret else -1, task=task.id, **decision)
         return ret
@@ -508,9 +508,8 @@ class ServerCore:
                       f"task.n_tokens() = {task.n_tokens})", level="WRN", slot=slot)
             n_past -= 1
             self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
-        if n_past < len(slot.tokens):  # the rest of what the slot held is overwritten, unsaved
-            self.dropped.append(Drop(slot.tokens.copy(), "slot", slot.id, "overwritten", self.events.n_events,
-                                     by_task=task.id))
+        if n_past < len(slot.tokens) and self.hindsight is not None:  # the rest is overwritten, unsaved
+            self.hindsight.slot_dropped(slot, "overwritten", self.events.n_events, by_task=task.id)
         slot.stats.n_prompt_cached = n_past
         slot.stats.n_prompt_processed = 0
         self.metrics.prompt_tokens_cached_total += n_past

@@ -13,7 +13,7 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from slotlab.errors import TraceError
 
@@ -130,11 +130,12 @@ def action_result(action: str, task) -> dict:
 
 def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, int], None] | None = None,
            slot_save_path: str | None = None, memory_factory: Callable | None = None,
-           on_submit: Callable[[int, Any], None] | None = None) -> dict:
+           on_submit: Callable[[int, Any], None] | None = None, observers: Sequence[Callable] = ()) -> dict:
     """Replay `trace` on a new engine (or `engine`) in step mode; returns {"flags", "results", "engine",
     "tasks"} (`tasks`: each request's Task, None for slot actions). `memory_factory(params)` gives the
     memory to run on (default: the real model's context). `on_submit(i, task)` hears of request `i`'s
-    completion task as it is queued, before the engine steps (None for a slot action)."""
+    completion task as it is queued, before the engine steps (None for a slot action). `observers`:
+    `Engine`'s (views subscribed before the first event, e.g. `slotlab.explain.attach`)."""
     from slotlab.engine.scheduler import Engine
 
     flags = resolve_flags(trace.flags, model)
@@ -148,9 +149,9 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
             from slotlab.engine.params import ServerParams
 
             params = ServerParams.from_args(flags)
-            engine = Engine(params, memory=memory_factory(params))
+            engine = Engine(params, memory=memory_factory(params), observers=observers)
         else:
-            engine = Engine(flags, model=model)
+            engine = Engine(flags, model=model, observers=observers)
     tasks: list[tuple[dict, Any]] = []
     n = len(trace.requests)
     for i, r in enumerate(trace.requests):

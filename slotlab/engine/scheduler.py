@@ -12,11 +12,10 @@ stream; none of them reaches into the core."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from slotlab import explain
 from slotlab.engine.core import ServerCore
 from slotlab.engine.events import EventBus
 from slotlab.engine.driver import Driver, EngineDied
@@ -39,6 +38,8 @@ class Engine:
         model=None,
         memory=None,
         allocate: Callable[[int], Any] | None = None,
+        observers: Sequence[Callable[[EventBus], Any]] = (),
+        hindsight: bool = True,
         **overrides,
     ):
         if params is None or isinstance(params, ServerParams):
@@ -59,9 +60,11 @@ class Engine:
             memory = self.backend.memory()
         self.memory = memory
         bus = EventBus()
-        # explanations ride the same stream: a request_miss event after each request that lost tokens
-        self.explainer = explain.attach(bus)
-        self.core = ServerCore(params, memory, allocate=allocate, events=bus)
+        # views that must see every event from the first (e.g. `slotlab.explain.attach`, whose
+        # request_miss events then ride the same stream) subscribe before the core emits; the engine
+        # imports no view, so each front end passes its own. `attached[i]` is what observer i returned.
+        self.attached = [fn(bus) for fn in observers]
+        self.core = ServerCore(params, memory, allocate=allocate, events=bus, hindsight=hindsight)
         self.driver = Driver(self.core)
 
     # ------------------------------------------------------------------ what views read

@@ -26,6 +26,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from slotlab import explain
 from slotlab.llama.build import LLAMA_CPP_BUILD
 from slotlab.panel import figure
 from slotlab.panel.figure import CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, N_PAST_COLOR, TITLES
@@ -54,6 +55,9 @@ class Panel(w.VBox):
         self._lock = threading.Lock()
         # subscribe first, then rebuild: an event emitted in between is in both and applied once (by seq)
         self._unsubscribe = engine.events.subscribe(self.pending.append)
+        # the event log shows each miss's cause as a request_miss event: the explainer is a view the
+        # engine does not attach itself (attach is idempotent: one per bus)
+        explain.attach(engine.events)
         self.state = PanelState.from_bus(engine.events)
         self._build()
         self._task = None

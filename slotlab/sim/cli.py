@@ -131,17 +131,22 @@ def simulate_main(argv: list[str]) -> int:
         from slotlab.llama import Model
 
         vocab = Model(ServerParams.from_args(flags or trace.flags).model)
+    from slotlab import explain
+
     why = WhyFold() if args.why else None
+    # --why: the explainer (a view) is attached before the first event and the engine keeps the facts
+    # it reads (engine/hindsight.py); without it neither runs. And every task_queued is emitted (no
+    # fast-forward), so task ids map to the trace's requests.
     res = simulate(trace, flags or None, speed=speed, profile=resolve_profile(args.profile), vocab=vocab,
                    progress=progress_bar(), keep_events=bool(args.events), listen=why.apply if why else None,
-                   fast=not args.why)  # --why: every task_queued, so task ids map to the trace's requests
+                   fast=not args.why, observers=(explain.attach,) if why else (), hindsight=why is not None)
     if args.events and res.engine is not None:
         res.engine.events.to_jsonl(args.events)
     doc = res.as_json()
     if getattr(trace, "notes", None):
         doc["notes"] = list(trace.notes)
     if why is not None:
-        doc.update(why.report(trace, vocab, res.engine))
+        doc.update(why.report(trace, vocab, res.engine.attached[0]))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
@@ -186,7 +191,7 @@ def calibrate_main(argv: list[str]) -> int:
 
 
 class WhyFold:
-    """`simulate --why`: the engine's own explainer (attached before its first event) read after the run,
+    """`simulate --why`: the explainer attached to the engine before its first event, read after the run,
     each miss mapped to its request (with --why every task_queued is emitted, in arrival order)."""
 
     def __init__(self):
@@ -197,10 +202,9 @@ class WhyFold:
         if e.kind == "task_queued" and e.task not in self.order:
             self.order[e.task] = len(self.order)
 
-    def report(self, trace, vocab, engine) -> dict:
+    def report(self, trace, vocab, x) -> dict:
         from slotlab.conversation import Renderer, client_changes
 
-        x = engine.explainer
         reqs = trace.requests
         index = [q.call.request if getattr(q, "call", None) is not None else i for i, q in enumerate(reqs)]
         misses = [(index[self.order[m.task]] if self.order.get(m.task, len(index)) < len(index) else -1, m)

@@ -25,16 +25,19 @@ from slotlab.sim.memory import SimMemory
 __all__ = ["paper_engine", "replay_on_paper", "recorded_outputs"]
 
 
-def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_bytes: int | None = None):
+def paper_engine(flags: Sequence[str] | Any, *, vocab=None, profile=None, limit_bytes: int | None = None,
+                 observers: Sequence[Callable] = (), hindsight: bool = True):
     """`(engine, allocator)`: an `Engine` on a `SimMemory` for llama-server `flags` (a list, string or
-    ServerParams), and the `PaperAllocator` of its RAM cache's blobs, bound to that cache."""
+    ServerParams), and the `PaperAllocator` of its RAM cache's blobs, bound to that cache.
+    `observers` / `hindsight`: as `Engine`'s (views subscribed before the first event; whether the
+    facts explanations need are kept)."""
     from slotlab.engine.params import ServerParams
     from slotlab.engine.scheduler import Engine
 
     params = flags if isinstance(flags, ServerParams) else ServerParams.from_args(flags)
     mem = SimMemory.from_params(params, profile=profile, vocab=vocab)
     alloc = PaperAllocator(limit_bytes=limit_bytes)
-    eng = Engine(params, memory=mem, allocate=alloc)
+    eng = Engine(params, memory=mem, allocate=alloc, observers=observers, hindsight=hindsight)
     if eng.core.cache is not None:
         alloc.bind(eng.core.cache)  # peak / budget as the server's heap holds them (PaperAllocator.bind)
     mem.bind(eng.core)
@@ -55,7 +58,8 @@ def recorded_outputs(answers: dict | str | Path, vocab) -> list[np.ndarray | Non
 
 
 def replay_on_paper(trace: Trace, *, vocab=None, model=None, outputs: Sequence | None = None, profile=None,
-                    progress: Callable[[int, int], None] | None = None, slot_save_path: str | None = None) -> dict:
+                    progress: Callable[[int, int], None] | None = None, slot_save_path: str | None = None,
+                    observers: Sequence[Callable] = (), hindsight: bool = True) -> dict:
     """`replay(trace)` on a paper memory; the same return value ({"flags", "results", "engine", "tasks"}).
     `vocab` (or `model`, a loaded `slotlab.llama.Model`) tokenizes text prompts; `outputs` scripts the
     generations (module docstring)."""
@@ -66,7 +70,7 @@ def replay_on_paper(trace: Trace, *, vocab=None, model=None, outputs: Sequence |
         tmp = tempfile.TemporaryDirectory(prefix="slotlab-slots-")
         flags += ["--slot-save-path", slot_save_path or tmp.name]
     install_files(trace, flags[flags.index("--slot-save-path") + 1])
-    eng, _ = paper_engine(flags, vocab=vocab, profile=profile)
+    eng, _ = paper_engine(flags, vocab=vocab, profile=profile, observers=observers, hindsight=hindsight)
     on_submit = None
     if outputs is not None:
         scripts = eng.memory.scripts

@@ -33,7 +33,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -113,12 +113,15 @@ def _pct(xs, q) -> float:
 
 def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: SpeedModel, profile=None, vocab=None,
              progress: Callable[[int, int, float], None] | None = None, keep_events: bool = False,
-             max_log: int = 20_000, fast: bool = True, listen: Callable | None = None) -> SimResult:
+             max_log: int = 20_000, fast: bool = True, listen: Callable | None = None,
+             observers: Sequence[Callable] = (), hindsight: bool = True) -> SimResult:
     """Run `trace` (its requests with arrivals) under llama-server `flags` (default: the trace's) on a
     paper memory for `profile` (default: the GGUF at -m / the default model), with step times from
     `speed`. `vocab` tokenizes text prompts. `fast`: fast-forward pure generation (fastforward.py;
     the same decisions and results, fewer `decode` / `slot_snapshot` events); `listen(event)` is
-    subscribed to the engine's events before the first request."""
+    subscribed to the engine's events before the first request; `observers` (e.g.
+    `slotlab.explain.attach`) before its first event. `hindsight=False`: keep none of the facts only
+    explanations read (engine/hindsight.py; the same decisions, faster)."""
     from slotlab.engine.params import ServerParams
 
     wall0 = time.perf_counter()
@@ -129,7 +132,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     if isinstance(flags, str):
         flags = flags.split()
     params = ServerParams.from_args(list(flags))
-    eng, alloc = paper_engine(params, vocab=vocab, profile=profile)
+    eng, alloc = paper_engine(params, vocab=vocab, profile=profile, observers=observers, hindsight=hindsight)
     if not keep_events:  # a bounded log: the report folds what it needs as the events happen
         eng.events.max_log, eng.events.trim_chunk = max_log, max(1, max_log // 50)
     mem, core = eng.memory, eng.core

@@ -112,3 +112,29 @@ def test_placeholders_match_no_prompt_token(model):
                 assert t.tokens.max() < gen_lo
     finally:
         out["engine"].close()
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_hindsight_off_makes_the_same_decisions(model, name):
+    """The facts only explanations read (engine/hindsight.py: drops, held prefixes, the score preview)
+    decide nothing: without them every golden trace gives the same results and the same logged
+    decisions, and slot_decision's held / lost are None, no preview is emitted."""
+    want = json.loads((DIR / f"{name}.llama-server.json").read_text())
+    runs = []
+    for hindsight in (True, False):
+        trace = load_trace(DIR / f"{name}.json")
+        trace.flags = [*trace.flags, "--no-slot-appendices"]
+        runs.append(replay_on_paper(trace, model=model, outputs=recorded_outputs(want, model), hindsight=hindsight))
+    try:
+        on, off = runs
+        assert [_strip(r, True) for r in off["results"]] == [_strip(r, True) for r in on["results"]]
+        assert decisions_of_engine(off["engine"]) == decisions_of_engine(on["engine"])
+        ev_off = off["engine"].events.log
+        sd = [e for e in ev_off if e.kind == "slot_decision"]
+        assert sd and all(e.data["held"] is None and e.data["lost"] is None for e in sd)
+        assert not any(e.kind == "cache_load_scores" and e.data.get("preview") for e in ev_off)
+        if any(e.kind == "slot_decision" and e.data["held"] for e in on["engine"].events.log):
+            assert off["engine"].core.hindsight is None and on["engine"].core.hindsight is not None
+    finally:
+        for r in runs:
+            r["engine"].close()

@@ -1,12 +1,19 @@
-"""What the server threw away lately: the record a later miss is explained by.
+"""Hindsight: the facts a later explanation needs, kept beside the decisions and never read by them.
 
-A slot overwritten by another prompt, a slot cleared (purge, idle clear, failed decode), a RAM-cache
-entry evicted: each drop keeps a reference to the tokens that were lost, where they were and why.
-They decide nothing; `held_prefix` matches a new prompt against them and against what the slots and
-the RAM cache hold (slotlab.explain names the cause of a miss from that)."""
+The server logs what it decides, not what it threw away, so "why was my prompt re-processed?" needs
+two facts the decisions do not: what was dropped lately (a slot overwritten by another prompt, a slot
+cleared by a purge, an idle clear or a failed decode, a RAM-cache entry evicted: each a `Drop`, a
+reference to the tokens lost with where they were and why), and what was held when a prompt arrived
+(`held_prefix`: the longest common prefix with any slot, entry or drop). One `Hindsight` per core
+owns both, plus the silent score preview a view shows for a slot that needed no load; the core tells
+it of each drop and asks it once per selection. Nothing here changes a slot, the cache or a score
+the server computes, so `ServerCore(hindsight=False)` (a simulation nobody asks "why" of) makes the
+same decisions and only loses the `held` / `lost` facts and the preview. slotlab.explain (a view)
+names the cause of a miss from these facts."""
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,6 +30,36 @@ class Drop:
     reason: str  # the slot_clear / cache_evict reason, or "overwritten"
     seq: int  # the event seq at which it was dropped
     by_task: Optional[int] = None  # the task whose prompt overwrote it ("overwritten" only)
+
+
+class Hindsight:
+    """The bounded record of recent drops and the per-selection facts (see the module docstring)."""
+
+    def __init__(self, vocab, keep: int = 32):
+        self.vocab = vocab
+        self.dropped: collections.deque[Drop] = collections.deque(maxlen=keep)  # references only
+
+    def drop(self, d: Drop) -> None:
+        self.dropped.append(d)
+
+    def slot_dropped(self, slot, reason: str, seq: int, by_task: Optional[int] = None) -> None:
+        """The slot's tokens are about to go (cleared, or overwritten past n_past by `by_task`)."""
+        if len(slot.tokens):
+            self.dropped.append(Drop(slot.tokens.copy(), "slot", slot.id, reason, seq, by_task))
+
+    def entry_dropped(self, entry, reason: str, seq: int) -> None:
+        """A RAM-cache entry was evicted (its tokens never change, so a reference is kept)."""
+        self.dropped.append(Drop(entry.tokens, "entry", entry.id, reason, seq))
+
+    def held(self, toks: np.ndarray, slots, slot_lcps: list[int], cache) -> tuple[dict | None, dict | None]:
+        """`held_prefix` over this record: what was held and lost for prompt `toks`."""
+        return held_prefix(toks, slots, slot_lcps, cache, self.dropped, self.vocab)
+
+    @staticmethod
+    def preview(cache, slot, task):
+        """The scores `load` would give the slot's tokens against the prompt, computed silently (the
+        server logs nothing: a slot that needed no load); a view shows them beside the decision."""
+        return cache.load(slot.tokens.view(), task.tokens, emit=False)
 
 
 def _snippet(vocab, tokens, d: int, k: int = 6) -> str:
