@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import threading
 import time
 import uuid
 
-import numpy as np
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -34,8 +32,9 @@ from slotlab.serve import nljson as J
 from slotlab.serve import prompts as P
 from slotlab.serve.cors import Cors
 from slotlab.serve.gcp import GcpParams, predict_endpoint
+from slotlab.serve.results import Results
 from slotlab.serve.sleep import BYPASS, Sleep
-from slotlab.serve.stream import Streamer, TextSender
+from slotlab.serve.stream import Streamer
 from slotlab.serve.unmodelled import Unmodelled
 from slotlab.serve.wire import Unrouted
 from slotlab.serve import sampling as smp
@@ -74,7 +73,7 @@ class Api:
         # (the first token is free: steps = n_gen - 1), accumulated as the server's `predict` bucket
         self._predict = [0, 0]  # [microseconds, steps], written in the engine thread under its lock
         engine.events.subscribe(self._on_event)
-        self._eog: list[int] | None = None  # the model's end-of-generation tokens (ignore_eos biases)
+        self.results = Results(engine)  # what a finished task answers (results.py; the streamer uses it too)
         self.sleep = Sleep(engine, int(getattr(self.p, "sleep_idle_seconds", -1)),  # --sleep-idle-seconds
                            picture=self.picture)
 
@@ -151,82 +150,13 @@ class Api:
         task.values = v  # for generation_settings, return_tokens and response_fields of its answer
         return task
 
-    def _task_error(self, task) -> JSONResponse:
-        """server_task_result_error::to_json: the context-size error also names both sizes."""
-        e = task.error
-        extra = {}
-        if e.type == "exceed_context_size_error":
-            extra = {"n_prompt_tokens": task.n_tokens, "n_ctx": self.engine.n_ctx_slot}
-        return error(e.code, e.message, e.type, **extra)
-
-    def _text(self, task) -> TextSender:
-        """The generated text as the server builds it token by token (process_token: pieces without
-        special tokens, cut at a stop string), with its stopping_word and has_new_line."""
-        if getattr(task, "text", None) is None:
-            task.text = TextSender.replay(self.engine.model, task.result["tokens"], task.values.get("stop") or ())
-        return task.text
-
-    def _final_json(self, task) -> dict:
-        r = task.result
-        text = self._text(task)
-        stop_type = r["stop_type"]
-        v = getattr(task, "values", None) or {}
-        out = {
-            "index": task.index, "content": text.content,
-            "tokens": r["tokens"] if v.get("return_tokens") else [], "id_slot": r["id_slot"], "stop": True,
-            "model": self.model_name(), "tokens_predicted": r["tokens_predicted"],
-            "tokens_evaluated": r["tokens_evaluated"],
-            "generation_settings": info.finite(info.task_params_json({**v, "logit_bias": self._logit_bias_json(task)})),
-            "prompt": self.engine.model.detokenize(task.tokens), "has_new_line": text.has_new_line,
-            "truncated": r["truncated"], "stop_type": stop_type, "stopping_word": text.stopping_word, "tokens_cached": r["tokens_cached"],
-            "timings": r["timings"],
-        }
-        self._add_probs(out, task, "completion", stream=False)
-        if v.get("response_fields"):
-            return info.json_nested(v["response_fields"], out)
-        return out
-
-    def _logit_bias_json(self, task) -> list[dict]:
-        """task_params::format_logit_bias: the request's biases, then (ignore_eos) every end-of-generation
-        token at -inf (the ignore_eos field handler appends logit_bias_eog), as float32 values."""
-        sp = task.params.sampling
-        lb = [(int(t), float(b)) for t, b in (sp.logit_bias if sp is not None else ())]
-        if getattr(task, "values", {}).get("ignore_eos"):
-            if self._eog is None:
-                m = self.engine.model
-                self._eog = [t for t in range(m.n_vocab) if m.is_eog(t)]
-            lb += [(t, -math.inf) for t in self._eog]
-        return [{"bias": float(np.float32(b)), "token": t} for t, b in lb]
-
-    def _add_probs(self, out: dict, task, kind: str, stream: bool) -> None:
-        """completion_probabilities / OpenAI logprobs of a final response (not when streamed)."""
-        sp = task.params.sampling
-        if stream or sp is None or sp.n_probs <= 0 or task.result is None:
-            return
-        probs = smp.probs_for_result(self.engine.model, task, stream=stream)
-        if not probs:
-            return
-        js = smp.probs_json(self.engine.model, probs, sp.post_sampling_probs)
-        if kind == "completion":
-            out["completion_probabilities"] = js
-        else:
-            out["choices"][0]["logprobs"] = {"content": js}
-
-    def model_name(self) -> str:
-        """meta.model_name: the first --alias, else the model path as given."""
-        aliases = self.aliases()
-        return aliases[0] if aliases else str(self.engine.model.path)
-
-    def aliases(self) -> list[str]:
-        return sorted(set(getattr(self.p, "model_alias", ()) or ()))
-
     # ---------------------------------------------------------------- simple endpoints
 
     async def health(self, request: Request):
         return JSONResponse({"status": "ok"})
 
     async def props(self, request: Request):
-        props = info.props_json(self.engine, self.chat, self.p, self.model_name())
+        props = info.props_json(self.engine, self.chat, self.p, self.results.model_name())
         props["is_sleeping"] = self.sleep.sleeping
         return JSONResponse(props)
 
@@ -271,7 +201,7 @@ class Api:
         task = self.engine.slot_action(action, id_slot, filename)
         await self._await(request, task)
         if task.error is not None:
-            return self._task_error(task)
+            return self.results.task_error(task)
         return JSONResponse(task.result)
 
     async def tokenize(self, request: Request):
@@ -337,10 +267,10 @@ class Api:
     async def models(self, request: Request):
         """/models and /v1/models (SC:4527-4588, SC:5053-5063)."""
         m = self.engine.model
-        name = self.model_name()
+        name = self.results.model_name()
         meta = {"n_vocab": m.n_vocab, "n_ctx": self.engine.n_ctx_slot, "n_ctx_train": m.n_ctx_train,
                 "n_params": m.n_params, "size": m.size_bytes}
-        return JSONResponse(info.models_json(name, self.aliases() or [name], list(getattr(self.p, "model_tags", ())),
+        return JSONResponse(info.models_json(name, self.results.aliases() or [name], list(getattr(self.p, "model_tags", ())),
                                              int(time.time()), meta))
 
     # ---------------------------------------------------------------- completions
@@ -495,8 +425,8 @@ class Api:
             await self._await(request, t)
         for t in tasks:
             if t.error is not None:
-                return self._task_error(t)
-        outs = [self._shape_final(t, kind, cid=cid) for t in tasks]
+                return self.results.task_error(t)
+        outs = [self.results.shape_final(t, kind, cid=cid) for t in tasks]
         if len(outs) == 1:
             return JSONResponse(outs[0])
         if kind == "completion":
@@ -504,40 +434,6 @@ class Api:
         for o in outs[1:]:
             outs[0]["choices"].append(o["choices"][0])
         return JSONResponse(outs[0])
-
-    def _usage(self, r: dict) -> dict:
-        return {"completion_tokens": r["tokens_predicted"], "prompt_tokens": r["tokens_evaluated"],
-                "total_tokens": r["tokens_predicted"] + r["tokens_evaluated"],
-                "prompt_tokens_details": {"cached_tokens": r["timings"]["cache_n"]}}
-
-    def _shape_final(self, task, kind: str, cid: str | None) -> dict:
-        """server_task_result_cmpl_final::to_json (not streamed; slotlab.serve.stream streams). `cid`: the
-        request's gen_chatcmplid, made once in `_run` for every kind but "completion" (choices share it)."""
-        r = task.result
-        if kind == "completion":
-            return self._final_json(task)
-        if kind == "responses":
-            st = R.new_state()
-            return R.final_json(st["resp_id"], st["msg_id"], self.model_name(), r, self._text(task).content,
-                                int(time.time()))
-        if kind == "anthropic":
-            text = self._text(task)
-            return A.final_json(cid, self.model_name(), r, text.content, text.stopping_word)
-        finish = "length" if r["stop_type"] == "limit" else "stop"
-        if kind == "oai_text":
-            choice = {"text": self._text(task).content, "index": task.index, "logprobs": None, "finish_reason": finish}
-            obj = "text_completion"
-        else:
-            choice = {"finish_reason": finish, "index": task.index,
-                      "message": {"role": "assistant", "content": self._text(task).content}}
-            obj = "chat.completion"
-        out = {"choices": [choice], "created": int(time.time()), "model": self.model_name(),
-               "system_fingerprint": info.BUILD_INFO, "object": obj, "usage": self._usage(r), "id": cid}
-        if task.values.get("verbose"):  # "extra fields for debugging purposes"
-            out["__verbose"] = self._final_json(task)
-        out["timings"] = r["timings"]
-        self._add_probs(out, task, kind, stream=False)
-        return out
 
 
 def stoi(s: str) -> int:

@@ -183,4 +183,4 @@ def json_nested(paths: list[str], js: dict) -> dict:
 
 
 def finite(obj):
-    return J._finite(obj)
+    return J.finite(obj)

@@ -127,16 +127,16 @@ def json_value(body, key: str, default, conv=None):
 
 def dumps(obj) -> str:
     """nlohmann's dump of an answer: non-finite floats are null."""
-    return json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(finite(obj), ensure_ascii=False, separators=(",", ":"))
 
 
-def _finite(obj):
+def finite(obj):
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 

@@ -209,7 +209,7 @@ class Streamer:
     # ------------------------------------------------------------------ chunks
 
     def _base_oai(self, obj: str) -> dict:
-        return {"created": int(time.time()), "id": self.cid, "model": self.api.model_name(),
+        return {"created": int(time.time()), "id": self.cid, "model": self.api.results.model_name(),
                 "system_fingerprint": info.BUILD_INFO, "object": obj}
 
     def _partial(self, task, text: str, tok: int, n_decoded: int, timings, progress, probs,
@@ -220,7 +220,7 @@ class Streamer:
         if self.kind == "anthropic":  # to_json_anthropic: no timings, no progress, no probs
             out = []
             if n_decoded == 1:
-                out.append(A.message_start(self.cid, self.api.model_name(), task.n_tokens, n_cached))
+                out.append(A.message_start(self.cid, self.api.results.model_name(), task.n_tokens, n_cached))
             if text:
                 out += A.text_events(text, task.id in self._text_started)
                 self._text_started.add(task.id)
@@ -276,13 +276,13 @@ class Streamer:
     def _final(self, task) -> list[dict]:
         api, r = self.api, task.result
         if self.kind == "anthropic":
-            text = api._text(task)
+            text = api.results.text(task)
             return A.final_events(r, bool(text.content), text.stopping_word)
         if self.kind == "responses":
-            return R.final_events(self._resp_state(task), api.model_name(), r, api._text(task).content,
+            return R.final_events(self._resp_state(task), api.results.model_name(), r, api.results.text(task).content,
                                   int(time.time()))
         if self.kind == "completion":
-            out = api._final_json(task)
+            out = api.results.final_json(task)
             out["content"] = ""
             out["tokens"] = []
             out.pop("completion_probabilities", None)  # streamed with each token instead
@@ -290,7 +290,7 @@ class Streamer:
         finish = "length" if r["stop_type"] == "limit" else "stop"
         if self.kind == "oai_text":
             out = {"choices": [{"text": "", "index": task.index, "logprobs": None, "finish_reason": finish}],
-                   **self._base_oai("text_completion"), "usage": api._usage(r)}
+                   **self._base_oai("text_completion"), "usage": api.results.usage(r)}
             if task.values.get("verbose"):
                 out["__verbose"] = self._verbose_final(task)
             out["timings"] = r["timings"]
@@ -298,14 +298,14 @@ class Streamer:
         chunks = [{"choices": [{"finish_reason": finish, "index": task.index, "delta": {}}],
                    **self._base_oai("chat.completion.chunk")}]
         if task.values.get("include_usage"):
-            chunks.append({"choices": [], **self._base_oai("chat.completion.chunk"), "usage": api._usage(r)})
+            chunks.append({"choices": [], **self._base_oai("chat.completion.chunk"), "usage": api.results.usage(r)})
         chunks[-1]["timings"] = r["timings"]
         if task.values.get("verbose"):
             chunks[0]["__verbose"] = self._verbose_final(task)
         return chunks
 
     def _verbose_final(self, task) -> dict:
-        out = self.api._final_json(task)
+        out = self.api.results.final_json(task)
         out["content"], out["tokens"] = "", []  # in stream mode the text went out with the partials
         out.pop("completion_probabilities", None)
         return out
@@ -347,7 +347,7 @@ class Streamer:
                     return JSONResponse(None)  # the client is gone: nothing is read any more
                 if what == "done" and task.error is not None:
                     self.close()
-                    return self.api._task_error(task)
+                    return self.api.results.task_error(task)
                 first = self._render(what, task, item)
                 if first or what in ("done", "begin"):
                     break
