@@ -39,6 +39,7 @@ from typing import Callable
 
 from slotlab.engine import event_types as T
 from slotlab.engine.events import EventBus
+from slotlab.engine.params import CACHE_RAM_MIB_DEFAULT
 from slotlab.errors import SlotlabError
 from slotlab.watch.follow import ChildProcess, FileFollower
 from slotlab.watch.http_side import fill
@@ -290,7 +291,7 @@ class Watch:
             n, c = int(view.n_slots), int(view.n_ctx_slot or 0)
             self.events.emit(T.INIT, "slotlab watch: no start-up lines in the log: the shape comes from GET /props "
                                      "(kv_unified, n_swa, --cache-ram not known)", level="INF",
-                             n_slots=n, n_ctx_slot=c, kv_unified=False, n_swa=0, cache_ram=8192,
+                             n_slots=n, n_ctx_slot=c, kv_unified=False, n_swa=0, cache_ram=CACHE_RAM_MIB_DEFAULT,
                              flags=["-np", str(n)], draft=False, sps=0.1)
 
     def attach_recorder(self, recorder):

@@ -15,7 +15,7 @@ import numpy as np
 
 from slotlab.engine import event_types as T
 from slotlab.engine.prompt_cache import f32_ratio
-from slotlab.units import MIB
+from slotlab.units import MIB, cache_ram_bytes
 from slotlab.watch.lines import LogLine
 from slotlab.watch.logread.checkpoints import mib_bytes
 from slotlab.watch.logread.state import Entry, LoadResult, PendingAlloc, PendingListing, PendingLoad, Score, Spec
@@ -143,7 +143,7 @@ class PromptCacheLines:
     def on_limit_reduced(self, m, ln, level):
         sh = self.rd.shape
         new = mib_bytes(m.group(1))
-        old = max(0, sh.cache_ram or 0) * 1024 * 1024
+        old = cache_ram_bytes(sh.cache_ram or 0)
         if sh.cache_ram is not None and sh.cache_ram > 0:
             sh.cache_ram = max(1, int(round(new / MIB)))
         self.spec(T.CACHE_LIMIT_REDUCED, ln, level, limit_size=new, limit_size_old=old)

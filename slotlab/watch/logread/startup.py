@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slotlab.engine import event_types as T
+from slotlab.engine.params import CACHE_RAM_MIB_DEFAULT
+from slotlab.units import cache_ram_bytes
 from slotlab.watch.logread.state import Spec
 
 #: the server's --cache-ram default (MiB), for a log that does not print the prompt cache's limit
-CACHE_RAM_DEFAULT = 8192
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Startup:
             return
         self.init_emitted = True
         p, sh = self.init_line, self.shape
-        cache_ram = CACHE_RAM_DEFAULT if sh.cache_ram is None else sh.cache_ram  # not logged below -lv 4
+        cache_ram = CACHE_RAM_MIB_DEFAULT if sh.cache_ram is None else sh.cache_ram  # not logged below -lv 4
         n_swa = 0 if sh.swa_full else sh.n_swa_model
         flags = ["-np", str(sh.n_slots)]
         if sh.n_ctx:
@@ -87,7 +88,7 @@ class Startup:
         sh.cache_logged = True
         sh.cache_ram = int(m.group(1)) if m.group(1) else -1
         sh.limit_tokens = sh.n_ctx
-        self.rd.spec(T.CACHE_INIT, ln.msg, level=level, limit_size=max(0, sh.cache_ram) * 1024 * 1024,
+        self.rd.spec(T.CACHE_INIT, ln.msg, level=level, limit_size=cache_ram_bytes(sh.cache_ram),
                      limit_tokens=sh.n_ctx)
 
     def on_cache_disabled(self, m, ln, level):
