@@ -578,7 +578,15 @@ op = st.one_of(
               st.lists(st.integers(0, 20), max_size=2), st.booleans()),
     st.tuples(st.just("update")),
     st.tuples(st.just("load"), token_lists, token_lists),
+    st.tuples(st.just("restore"), st.integers(0, 9), st.sampled_from(["ok", "tgt_fails", "dft_fails"])),
 )
+
+
+def _sizes_from_buffers(c):
+    """The cache's totals recomputed from every entry's buffers as they are now (what the server's
+    size() sums), against which its running totals are checked."""
+    return (sum(len(e.main) + len(e.drft) + sum(len(k.data_tgt) for k in e.checkpoints) for e in c.entries),
+            sum(len(e.tokens) for e in c.entries))
 
 
 def _no_prefix_pairs(entries):
@@ -619,6 +627,13 @@ def test_invariants_hold_after_any_sequence(limit_size, limit_tokens, ops):
             if c.limit_size > 0:
                 assert c.size() <= c.limit_size
             assert c.n_tokens() <= cur and cur >= c.limit_tokens
+        elif o[0] == "restore":
+            _, i, how = o
+            if c.entries:
+                e = c.entries[i % len(c.entries)]
+                ok = c.restore(e, (lambda buf: 0) if how == "tgt_fails" else len,
+                               (lambda buf: 0) if how == "dft_fails" else len)
+                assert ok == (how == "ok" or (how == "dft_fails" and len(e.drft) == 0 and len(e.main) == 0))
         else:
             _, slot, new = o
             r = c.load(np.array(slot, np.int32), np.array(new, np.int32))
@@ -632,3 +647,4 @@ def test_invariants_hold_after_any_sequence(limit_size, limit_tokens, ops):
                 assert p.f_keep < q.f_keep and p.f_sim < q.f_sim
         assert _no_prefix_pairs(c.entries)
         assert len({e.id for e in c.entries}) == len(c.entries)
+        assert (c.size(), c.n_tokens()) == _sizes_from_buffers(c)  # the running totals
