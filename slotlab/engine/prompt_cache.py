@@ -10,8 +10,11 @@ Fidelity rules kept from the C++:
   there is no LRU promotion;
 * every ratio and the `update()` token estimate are computed in IEEE float32 with the same int->float
   conversions as the C++ (spec 0.2), so ties at 0.25 and between candidates resolve identically;
-* sizes are recomputed from the buffers each time (an entry whose `main` was freed by a half-failed
-  restore keeps counting its draft and checkpoint bytes, as in the server);
+* sizes are the buffers' sizes as they are now (an entry whose `main` was freed by a half-failed
+  restore keeps counting its draft and checkpoint bytes, as in the server); the cache keeps them as
+  running totals, updated when an entry is appended or removed and when an entry's buffers are
+  replaced (`CacheEntry` reports that to its cache), because re-summing every entry's sizes at each
+  make-room / update step cost the simulator more than all its decisions (hundreds of entries);
 * each decision is reported as a `CacheRecord` (kind, the server's own log line in `message`, empty
   when the server logs nothing, `level` TRC/WRN/ERR, `func` the C++ function whose `__func__`
   prefixes the line, and the fields). A cache built with `record=True` queues them, and its owner
@@ -101,10 +104,20 @@ def f32(n: int) -> np.float32:
     return np.float32(sign * float(q << shift))
 
 
+_F32_EXACT = 1 << 24  # every integer up to this is a float32
+
+
 def f32_ratio(num: int, den: int) -> np.float32:
     """`float(num) / den` with `den` a size_t: both operands become float32, then a float32 division.
 
-    0/0 is NaN and x/0 is inf, silently, because the server relies on NaN comparing false."""
+    0/0 is NaN and x/0 is inf, silently, because the server relies on NaN comparing false.
+
+    Where both are exact in float32 (token counts: every lcp / f_keep / f_sim the cache scores), the
+    float64 quotient rounded once to float32 is that float32 division: a quotient correctly rounded to
+    53 bits and then to 24 is correctly rounded to 24 (53 >= 2 * 24 + 2), and it is one numpy call
+    instead of four (the RAM cache scores every entry twice a request)."""
+    if 0 < den <= _F32_EXACT and -_F32_EXACT <= num <= _F32_EXACT:
+        return np.float32(num / den)
     a, b = f32(num), f32(den)
     if b != 0:
         return a / b  # float32 / float32 (cannot overflow: |a| <= 2**64): no warning to silence
@@ -148,7 +161,11 @@ class CacheEntry:
     """`server_prompt_cache_state`: a prompt (tokens + checkpoints) and its sequence state bytes.
 
     `main`/`drft` are the target/draft `llama_state_seq_get_data_ext` blobs. Entries compare by
-    identity. `tokens` is a read-only copy: entries are immutable once cached (spec Appendix C)."""
+    identity. `tokens` is a read-only copy: entries are immutable once cached (spec Appendix C).
+
+    `size()` is computed once and remembered: a buffer's length never changes, and assigning `main`,
+    `drft` or `checkpoints` (what `release_main` does) forgets it and tells the cache holding the
+    entry, so the cache's running byte total follows. Mutating `checkpoints` in place is not seen."""
 
     tokens: np.ndarray
     checkpoints: list[Checkpoint]
@@ -158,13 +175,29 @@ class CacheEntry:
     id_slot: int = -1
     id_task: int = -1
     created_at: float = 0.0
+    _size: Optional[int] = field(default=None, init=False, repr=False)
+    _cache: Optional["PromptCache"] = field(default=None, init=False, repr=False)  # the cache holding it
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SIZED and "_cache" in self.__dict__:  # a buffer replaced after construction
+            old = self.size()
+            object.__setattr__(self, name, value)
+            object.__setattr__(self, "_size", None)
+            if self._cache is not None:
+                self._cache._resized(self.size() - old)
+            return
+        object.__setattr__(self, name, value)
 
     def n_tokens(self) -> int:
         return int(self.tokens.shape[0])
 
     def size(self) -> int:
         """Bytes held: state blobs plus checkpoints, from the buffers as they are now."""
-        return nbytes(self.main) + nbytes(self.drft) + sum(c.size() for c in self.checkpoints)
+        n = self._size
+        if n is None:
+            n = nbytes(self.main) + nbytes(self.drft) + sum(c.size() for c in self.checkpoints)
+            object.__setattr__(self, "_size", n)
+        return n
 
     def release_main(self) -> None:
         """`data.main.clear(); shrink_to_fit()` after a successful target restore."""
@@ -172,6 +205,9 @@ class CacheEntry:
 
     def release_drft(self) -> None:
         self.drft = _empty_like(self.drft)
+
+
+_SIZED = frozenset(("main", "drft", "checkpoints"))
 
 
 @dataclass(frozen=True)
@@ -242,7 +278,9 @@ class PromptCache:
         self.on_event = on_event
         self._records: Optional[list[CacheRecord]] = [] if record else None
         self.clock = clock
-        self.entries: list[CacheEntry] = []
+        self.entries: list[CacheEntry] = []  # change it only through the methods: they keep the totals
+        self._bytes = 0  # Σ entry.size() over `entries`
+        self._tokens = 0  # Σ entry.n_tokens() over `entries`
         #: The token cap the last `update()` enforced (`limit_tokens_cur`); None before the first.
         self.limit_tokens_cur: Optional[int] = None
         self._next_id = 0
@@ -259,12 +297,26 @@ class PromptCache:
     # -- totals -------------------------------------------------------------------------------
 
     def size(self) -> int:
-        """Σ entry.size(): checkpoint bytes count here."""
-        return sum(e.size() for e in self.entries)
+        """Σ entry.size(): checkpoint bytes count here (a running total)."""
+        return self._bytes
 
     def n_tokens(self) -> int:
-        """Σ len(entry.tokens): checkpoints do not count here."""
-        return sum(e.n_tokens() for e in self.entries)
+        """Σ len(entry.tokens): checkpoints do not count here (a running total)."""
+        return self._tokens
+
+    def _added(self, e: CacheEntry) -> None:
+        object.__setattr__(e, "_cache", self)
+        self._bytes += e.size()
+        self._tokens += e.n_tokens()
+
+    def _removed(self, e: CacheEntry) -> None:
+        object.__setattr__(e, "_cache", None)
+        self._bytes -= e.size()
+        self._tokens -= e.n_tokens()
+
+    def _resized(self, delta: int) -> None:
+        """An entry it holds had a buffer replaced (`CacheEntry.__setattr__`)."""
+        self._bytes += delta
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -330,6 +382,7 @@ class PromptCache:
 
     def _evict_front(self, reason: str, level: str, func: str, message: str) -> None:
         e = self.entries.pop(0)
+        self._removed(e)
         self._emit(T.CACHE_EVICT, level, func, message, reason=reason, entry=e, entry_id=e.id,
                    n_tokens=e.n_tokens(), size=e.size())
 
@@ -394,6 +447,7 @@ class PromptCache:
                 continue
             lcp = common_prefix(e.tokens, tokens)
             if lcp == n_e:
+                self._removed(e)
                 self._emit(T.CACHE_EVICT, "TRC", "alloc",
                            " - removing obsolete cached prompt with length %d" % lcp,
                            reason="obsolete_prefix", entry=e, entry_id=e.id,
@@ -440,6 +494,7 @@ class PromptCache:
         )
         self._next_id += 1
         self.entries.append(entry)
+        self._added(entry)
         self._emit(T.CACHE_ALLOC, "TRC", "alloc", "", entry=entry, entry_id=entry.id,
                    n_tokens=n_new, size=entry.size(), id_slot=id_slot, id_task=id_task)
         return entry
@@ -543,6 +598,7 @@ class PromptCache:
         for i, e in enumerate(self.entries):
             if e is entry:
                 del self.entries[i]
+                self._removed(entry)
                 break
         else:
             raise KeyError(f"cache entry {entry.id} is not in the cache")

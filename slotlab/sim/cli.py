@@ -112,7 +112,7 @@ def simulate_main(argv: list[str]) -> int:
     args, flags = ap.parse_known_args(argv)
     from slotlab.sim.simulate import progress_bar, simulate
     from slotlab.sim.speed import SpeedModel
-    from slotlab.sim.traces import load_sim_trace
+    from slotlab.sim.traces import load_sim_trace, trace_kind
 
     if args.speed:
         speed = SpeedModel.from_json(Path(args.speed).read_text())
@@ -122,7 +122,15 @@ def simulate_main(argv: list[str]) -> int:
         speed = SpeedModel.from_rates(8000, 60)
         print("slotlab simulate: no --speed / --prefill-tps --gen-tps given: assuming 8000 / 60 tok/s "
               "(an 8B model on one GPU)", file=sys.stderr)
-    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags))
+    profile = resolve_profile(args.profile)
+    kw = {}
+    if profile is not None and trace_kind(Path(args.trace)) == "mooncake":
+        from slotlab.memory.paper import PaperVocab
+
+        # a Mooncake prompt's ids must stay below the vocabulary's placeholders (granite-4.0-h-small's
+        # 100,352 ids are fewer than the default range's 120,000)
+        kw["hi"] = min(120_000, PaperVocab(profile.n_vocab).gen_lo)
+    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags), **kw)
     for note in getattr(trace, "notes", []) or []:
         print(f"note: {note}", file=sys.stderr)
     vocab = None
@@ -137,7 +145,7 @@ def simulate_main(argv: list[str]) -> int:
     # --why: the explainer (a view) is attached before the first event and the engine keeps the facts
     # it reads (engine/hindsight.py); without it neither runs. And every task_queued is emitted (no
     # fast-forward), so task ids map to the trace's requests.
-    res = simulate(trace, flags or None, speed=speed, profile=resolve_profile(args.profile), vocab=vocab,
+    res = simulate(trace, flags or None, speed=speed, profile=profile, vocab=vocab,
                    progress=progress_bar(), keep_events=bool(args.events), listen=why.apply if why else None,
                    fast=not args.why, observers=(explain.attach,) if why else (), hindsight=why is not None)
     if args.events and res.engine is not None:

@@ -9,8 +9,9 @@ does k of them in one go:
 * the tokens each slot's sampler would return (the paper memory's placeholders, a function of the fed
   token, its position and the seed; or the request's scripted output) are computed as a chain;
 * the paper memory appends the k cells per slot in bulk (`PaperMemory.advance_generation`, which stops
-  before a step whose decode would fail for lack of cells, and runs the real per-step decode on a
-  sliding-window memory);
+  before a step whose decode would fail for lack of cells; `PaperContext.advance_tokens` replays a
+  sliding-window cache's cell reuse and purges, and runs the real per-step decode only where
+  several generating sequences share one window cache);
 * the slots get their tokens, `sampled`, `generated`, `stats.n_gen`, and the metrics the counters k
   decodes would have added (`n_decode_total`, `n_busy_slots_total`, `n_tokens_max`,
   `tokens_predicted_total`); `on_token` is called per token as `process_token` would.

@@ -115,6 +115,19 @@ def test_f32_ratio_floor_rounds_up_to_quarter():
     assert not (f32_ratio(k, 4 * k + 1) < np.float32(0.25))
 
 
+def test_f32_ratio_is_the_float32_division():
+    """The fast path (one rounding of the float64 quotient) against float32 / float32, on random and
+    edge counts up to and past 2**24."""
+    rng = np.random.default_rng(5)
+    nums = list(rng.integers(0, 1 << 25, 20000)) + [0, 1, 3, (1 << 24) - 1, 1 << 24, (1 << 24) + 1]
+    dens = list(rng.integers(1, 1 << 25, 20000)) + [1, 3, 7, (1 << 24) - 1, 1 << 24, (1 << 24) + 1]
+    small = rng.integers(0, 5000, (20000, 2))
+    for a, b in list(zip(nums, dens)) + [(int(x), int(y) + 1) for x, y in small]:
+        want = np.float32(f32(int(a))) / np.float32(f32(int(b)))
+        got = f32_ratio(int(a), int(b))
+        assert type(got) is np.float32 and got == want, (a, b)
+
+
 def test_f32_ratio_zero_division_is_silent_nan():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -578,7 +591,15 @@ op = st.one_of(
               st.lists(st.integers(0, 20), max_size=2), st.booleans()),
     st.tuples(st.just("update")),
     st.tuples(st.just("load"), token_lists, token_lists),
+    st.tuples(st.just("restore"), st.integers(0, 9), st.sampled_from(["ok", "tgt_fails", "dft_fails"])),
 )
+
+
+def _sizes_from_buffers(c):
+    """The cache's totals recomputed from every entry's buffers as they are now (what the server's
+    size() sums), against which its running totals are checked."""
+    return (sum(len(e.main) + len(e.drft) + sum(len(k.data_tgt) for k in e.checkpoints) for e in c.entries),
+            sum(len(e.tokens) for e in c.entries))
 
 
 def _no_prefix_pairs(entries):
@@ -619,6 +640,14 @@ def test_invariants_hold_after_any_sequence(limit_size, limit_tokens, ops):
             if c.limit_size > 0:
                 assert c.size() <= c.limit_size
             assert c.n_tokens() <= cur and cur >= c.limit_tokens
+        elif o[0] == "restore":
+            _, i, how = o
+            if c.entries:
+                e = c.entries[i % len(c.entries)]
+                fails = (how == "tgt_fails" and len(e.main) > 0) or (how == "dft_fails" and len(e.drft) > 0)
+                ok = c.restore(e, (lambda buf: 0) if how == "tgt_fails" else len,
+                               (lambda buf: 0) if how == "dft_fails" else len)
+                assert ok == (not fails)
         else:
             _, slot, new = o
             r = c.load(np.array(slot, np.int32), np.array(new, np.int32))
@@ -632,3 +661,4 @@ def test_invariants_hold_after_any_sequence(limit_size, limit_tokens, ops):
                 assert p.f_keep < q.f_keep and p.f_sim < q.f_sim
         assert _no_prefix_pairs(c.entries)
         assert len({e.id for e in c.entries}) == len(c.entries)
+        assert (c.size(), c.n_tokens()) == _sizes_from_buffers(c)  # the running totals

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from slotlab.engine.server_log import decisions
+from slotlab.memory.paper import PaperVocab
 from slotlab.memory.profile import ModelProfile
 from slotlab.sim.simulate import simulate
 from slotlab.sim.speed import SpeedModel
@@ -26,7 +27,7 @@ WALL = {"wall_seconds", "fast_forwards", "fast_forward_steps"}
 WALL_METRICS = {"prompt_seconds_total"}
 
 
-def _run(trace_fn, flags, fast):
+def _run(trace_fn, flags, fast, profile=PROFILE):
     msgs, kinds = [], []
 
     def listen(ev):
@@ -34,16 +35,16 @@ def _run(trace_fn, flags, fast):
             msgs.append(ev.message)
         kinds.append(ev.kind)
 
-    res = simulate(trace_fn(), flags, speed=SPEED, profile=PROFILE, fast=fast, listen=listen)
+    res = simulate(trace_fn(), flags, speed=SPEED, profile=profile, fast=fast, listen=listen)
     metrics = {k: v for k, v in res.engine.core.metrics.to_json().items() if k not in WALL_METRICS}
     totals = {k: v for k, v in res.totals.items() if k not in WALL}
     slots = [(len(s.tokens), s.tokens.copy().tolist()) for s in res.engine.core.slots]
     return res, decisions(msgs), metrics, totals, slots, kinds
 
 
-def _compare(trace_fn, flags):
-    plain = _run(trace_fn, flags, fast=False)
-    fast = _run(trace_fn, flags, fast=True)
+def _compare(trace_fn, flags, profile=PROFILE):
+    plain = _run(trace_fn, flags, fast=False, profile=profile)
+    fast = _run(trace_fn, flags, fast=True, profile=profile)
     (rp, dp, mp, tp, sp, kp), (rf, df, mf, tf, sf, kf) = plain, fast
     assert rf.totals["fast_forward_steps"] > 0.5 * rf.totals["n_steps"]  # it did fast-forward most steps
     assert len(rp.results) == len(rf.results)
@@ -67,6 +68,21 @@ def test_fast_forward_is_plain_stepping_on_mooncake(flags):
     """300 Mooncake requests, including a unified KV pool small enough to fill (purges, retries)."""
     rp, _ = _compare(lambda: load_mooncake(DATA, limit=300), flags)
     assert sum(r["status"] == 200 for r in rp.results) > 200
+
+
+@pytest.mark.parametrize("name, flags", [
+    ("default", "-np 4 --cache-ram 8192"),  # Gemma 3 270M's header: iSWA, a 1024-cell window cache a slot
+    ("gpt-oss-20b", "-np 2 --cache-ram 2048"),  # a 128-token window
+    ("qwen3.5-27b", "-np 4 --cache-ram 8192"),  # hybrid (M-RoPE attention, delta-net recurrent layers)
+    ("granite-4.0-h-small", "-np 2 -kvu --cache-ram 4096"),  # hybrid (Mamba-2), a unified pool
+])
+def test_fast_forward_is_plain_stepping_on_every_memory_kind(name, flags):
+    """The same comparison on a sliding-window and on hybrid memories (their generation is applied
+    in bulk by PaperContext.advance_tokens, their prompts chunk by chunk)."""
+    prof = ModelProfile.default() if name == "default" else ModelProfile.from_json(ROOT / f"slotlab/sim/profiles/{name}.json")
+    hi = min(120_000, PaperVocab(prof.n_vocab).gen_lo)  # as `slotlab simulate` keeps the ids in the vocabulary
+    rp, _ = _compare(lambda: load_mooncake(DATA, limit=120, hi=hi), flags, profile=prof)
+    assert sum(r["status"] == 200 for r in rp.results) > 40
 
 
 def test_fast_forward_under_kv_pressure_and_limits():

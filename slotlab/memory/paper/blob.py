@@ -102,16 +102,12 @@ class PaperAllocator:
     def live_bytes(self) -> int:
         if self.cache is None:
             return self._live
-        held, ids = 0, set()
-        for e in self.cache.entries:
-            held += e.size()
-            ids.add(id(e.main))
-            ids.add(id(e.drft))
+        held = self.cache.size()  # the cache's running total of its entries' bytes
         mark = self.cache.n_allocated  # bumps when an entry is appended
         pending = []
-        for w, m in self._pending:
-            b = w()
-            if b is not None and m == mark and id(b) not in ids:
+        for w, m in self._pending:  # a blob handed out since the last append is no entry's yet: the
+            b = w()  # append that makes it one bumps n_allocated past its mark
+            if b is not None and m == mark:
                 pending.append((w, m))
                 held += len(b)
         self._pending = pending

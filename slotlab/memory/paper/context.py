@@ -256,6 +256,40 @@ class PaperContext:
             self.recr.commit(last)
         return 0
 
+    def advance_tokens(self, seqs: list[int], p0s: list[int], feed: np.ndarray) -> int:
+        """Up to `len(feed)` decodes of one token per sequence at once (step j: `feed[j, c]` at position
+        `p0s[c] + j` of `seqs[c]`; the caller checked that each continues its sequence, p0 = pos_max + 1).
+        Returns the steps applied, those before the first that `decode` would refuse (1: no cells), or
+        -1 (nothing changed) where only the real per-step decode knows: a window cache whose stream
+        several sequences share (`CellCache.advance_tokens`).
+
+        A count cache (the full-attention cache, the full half of an iSWA pair, a hybrid memory's
+        attention part) fails a step exactly when a stream lacks a free cell for its rows, whatever
+        the split; the recurrent part never fails and ends each sequence at its last position."""
+        k, b = feed.shape
+        m = k
+        if self.attn:
+            base = self.attn[0]
+            if any(base.pos_max(q) >= p for q, p in zip(seqs, p0s)):
+                return -1  # (a hybrid memory's pos_max is its parts' smaller one)
+            if base.spec.n_stream == 1:
+                m = min(m, base.free(0) // b)
+            else:
+                m = min([m] + [base.free(base.stream_of(q)) for q in seqs])
+            if m <= 0:
+                return 0
+            if self.iswa:
+                m = self.attn[1].advance_tokens(seqs, p0s, feed, m)
+                if m <= 0:
+                    return m
+            steps = np.arange(m, dtype=np.int32)
+            for c, q in enumerate(seqs):
+                base.seq_cells(q).extend(p0s[c] + steps, feed[:m, c], in_order=True)
+                base.used[base.stream_of(q)] += m
+        if self.recr is not None:
+            self.recr.commit({q: p0 + m - 1 for q, p0 in zip(seqs, p0s)})
+        return m
+
     def _place(self, n, n_ubatch, runs, first, seq, pos, tok) -> int:
         """Find cells for the batch in the attention caches and write them (0), or change nothing (1),
         splitting as the memory's `init_batch` does: a KV memory (iSWA too) split_simple when unified

@@ -350,9 +350,11 @@ class PaperMemory:
         Afterwards the memory is exactly what m `decode` calls would have left (cells, window pruning,
         `pos_min` / `pos_max`, `stats["decode"]` / `["decode_tokens"]`, the rows `sample` reads).
 
-        A KV cache without a sliding window is advanced in bulk (free cells decide; O(cells) numpy);
-        an iSWA memory runs the real per-step decode (the window cache's cell reuse and purges), only
-        without the server around it. Target context only: a memory with a draft returns 0."""
+        Applied in bulk by `PaperContext.advance_tokens` (count caches: free cells decide; a window
+        cache: its cell reuse and purges replayed on Python lists; the recurrent part: the last
+        position); a window cache shared by several generating sequences (unified) runs the real
+        per-step decode, only without the server around it. Target context only: a memory with a
+        draft returns 0."""
         feed = np.asarray(feed, dtype=np.int32)
         if feed.ndim != 2 or feed.shape[0] == 0 or self.dft is not None:
             return 0
@@ -365,25 +367,16 @@ class PaperMemory:
         seq = np.asarray(seq_l, dtype=np.int32)
         p0 = np.asarray(p0_l, dtype=np.int32)
         ctx = self.tgt
-        if ctx.profile.n_pos_per_embd != 1:
-            return 0
         for q, p in zip(seq_l, p0_l):
             pm = ctx.pos_max(q)
             if pm >= 0 and p != pm + 1:
                 return 0
-        steps = np.arange(k, dtype=np.int32)
-        if ctx.plain_kv:
-            cache = ctx.caches[0]
-            if cache.spec.n_stream == 1:
-                m = min(k, cache.free(0) // b)
-            else:
-                m = min([k] + [cache.free(cache.stream_of(int(q))) for q in seq])
-            if m <= 0:
-                return 0
-            for c, q in enumerate(seq.tolist()):
-                cache.seq_cells(q).extend(p0[c] + steps[:m], feed[:m, c], in_order=True)  # checked: p0 = pos_max + 1
-                cache.used[cache.stream_of(q)] += m
-        else:
+        # each step continues every sequence (pos_max + 1: allowed with and without M-RoPE), so decode
+        # refuses a step only for lack of cells: the context applies them in bulk where it can
+        m = ctx.advance_tokens(seq_l, p0_l, feed)
+        if m == 0:
+            return 0
+        if m < 0:
             m = 0
             for j in range(k):
                 if ctx.decode(feed[j], p0 + j, seq, self.n_ubatch, self.n_vocab) != 0:
@@ -404,9 +397,10 @@ class PaperMemory:
         Returns how many steps `m` were applied: those before the first that `decode` would refuse
         (no free cells, or an invalid batch: the caller's plain step then meets that refusal itself).
         Afterwards the memory is exactly what m `decode` calls would have left, `_last` included (the
-        rows `sample` reads). A KV cache without a sliding window whose sequences simply continue is
-        advanced in bulk (free cells per stream decide; the cells of all m steps are appended at
-        once); anything else runs the real decode step by step. A memory with a draft returns 0.
+        rows `sample` reads). A KV cache without a sliding window (alone, or a hybrid memory's attention
+        part beside its recurrent part) whose sequences simply continue is advanced in bulk (free
+        cells per stream decide; the cells of all m steps are appended at once; the recurrent states
+        end at each sequence's last position); anything else runs the real decode step by step. A memory with a draft returns 0.
         (The simulator's prompt fast-forward, slotlab/sim/fastforward.py, calls it.)"""
         if not steps or self.dft is not None:
             return 0
@@ -416,7 +410,10 @@ class PaperMemory:
         ctx = self.tgt
         m = -1
         cache = ctx.caches[0]
-        if ctx.plain_kv and ctx.profile.n_pos_per_embd == 1 and cache.spec.size >= self.n_ubatch:
+        # a count cache alone (plain KV, a hybrid memory's attention part) refuses a step exactly when
+        # a stream lacks free cells for its rows once no ubatch can exceed it; M-RoPE positions that
+        # continue each sequence pass the batch checks as plain ones do
+        if (ctx.plain_kv or (ctx.kind == "hybrid" and not ctx.iswa)) and cache.spec.size >= self.n_ubatch:
             m = self._bulk_steps(ctx, cache, steps)
         batch = None
         if m < 0:  # step by step
@@ -454,6 +451,8 @@ class PaperMemory:
                     pm = ctx.pos_max(q)
                     nxt[q] = pm + 1 if pm >= 0 else p0
                     parts[q] = []
+                    if cache.pos_max(q) >= nxt[q]:
+                        return -1  # (a hybrid memory's pos_max is its parts' smaller one)
                 if p0 != nxt[q]:
                     return -1  # not position after position (the real decode may still take it)
                 need[cache.stream_of(q)] += len(t)
@@ -479,6 +478,8 @@ class PaperMemory:
             p0 = nxt[q] - len(toks)
             cache.seq_cells(q).extend(np.arange(p0, nxt[q], dtype=np.int32), toks, in_order=True)
             cache.used[cache.stream_of(q)] += len(toks)
+        if ctx.recr is not None:  # the recurrent part: each sequence's state ends at its last position
+            ctx.recr.commit({q: nxt[q] - 1 for q, ts in parts.items() if ts})
         return m
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:

@@ -1,0 +1,110 @@
+"""The generation fast-forward's memory step (`PaperMemory.advance_generation` over
+`PaperContext.advance_tokens`) leaves a paper memory exactly as the same one-token-per-sequence
+batches decoded one `decode` at a time, on every memory kind: a sliding-window (iSWA) memory whose
+window cache wraps, reuses masked cells and purges (Gemma 3's header, gpt-oss' 128-token window),
+hybrid memories (Qwen3.5's M-RoPE attention part, Granite 4.0-H's Mamba-2 layers) and a plain KV
+cache, each with a stream per sequence and unified, and where the pool fills up (it stops where
+decode refuses). Compared: every cache's cells as the memory holds them (a window cache's cell
+array, head and used count; a count cache's cells per sequence; the recurrent positions), pos_min /
+pos_max, state sizes, stats and the rows a sampler reads. No model is loaded."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slotlab.memory.base import Batch
+from slotlab.memory.paper import PaperMemory
+from slotlab.memory.paper.cells import CellCache, CountCache
+from slotlab.memory.profile import ModelProfile
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _profile(name):
+    return ModelProfile.default() if name == "default" else ModelProfile.from_json(ROOT / f"slotlab/sim/profiles/{name}.json")
+
+
+def _full_state(mem: PaperMemory, n_seq: int):
+    out = []
+    for c in mem.tgt.caches:
+        if isinstance(c, CellCache):
+            out.append(("cells", c.pos.tolist(), c.seq.tolist(), c.tok.tolist(), list(c.head), list(c.used),
+                        [(c.pos_min(q), c.pos_max(q), c.n_written(q)) for q in range(n_seq)]))
+        elif isinstance(c, CountCache):
+            out.append(("count", list(c.used), [(c.pos_min(q), c.pos_max(q)) + tuple(a.tolist() for a in c.written(q))
+                                                for q in range(n_seq)]))
+        else:
+            out.append(("recurrent", list(c.pos)))
+    per_seq = [(mem.pos_min(q), mem.pos_max(q), mem.state_size(q), mem.state_size(q, partial=True))
+               for q in range(n_seq)]
+    last = None if mem._last is None else [a.tolist() for a in mem._last]
+    return out, per_seq, last, mem.stats["decode"], mem.stats["decode_tokens"]
+
+
+def _decode(mem, runs, logits_all=True):
+    bt = Batch(mem.n_batch + 8)
+    for q, t, p0 in runs:
+        bt.add_seq(np.asarray(t, dtype=np.int32), p0, q)
+    bt.logits[:bt.n_tokens] = 1 if logits_all else 0
+    return mem.decode(bt, 0, bt.n_tokens)
+
+
+CASES = [  # (profile, memory, generating sequences, whether the pool fills up)
+    ("default", dict(n_ctx=16384, n_slots=4), [0, 1, 3], False),  # Gemma 3 270M: a 1024-cell window cache a stream
+    ("default", dict(n_ctx=16384, n_slots=2, kv_unified=True), [1], False),  # one stream, one sequence generating
+    ("gpt-oss-20b", dict(n_ctx=12288, n_slots=3), [0, 2], False),  # a 128-token window: wraps often
+    ("gemma-3-27b", dict(n_ctx=8192, n_slots=2, swa_full=True), [0, 1], False),  # the window cache: the whole context
+    ("qwen3.5-27b", dict(n_ctx=16384, n_slots=4), [0, 2, 3], False),  # hybrid, M-RoPE attention
+    ("qwen3.5-27b", dict(n_ctx=16384, n_slots=2, kv_unified=True), [0, 1], False),
+    ("granite-4.0-h-small", dict(n_ctx=8192, n_slots=2), [1], False),  # hybrid, Mamba-2
+    ("llama-3.1-8b", dict(n_ctx=8192, n_slots=2), [0, 1], False),
+    ("default", dict(n_ctx=2048, n_slots=1), [0], True),  # the context fills: stops where decode refuses
+    ("default", dict(n_ctx=8192, n_slots=4), [0, 2], True),
+    ("qwen3.5-27b", dict(n_ctx=3072, n_slots=2, kv_unified=True), [0, 1], True),  # a shared pool fills
+]
+
+
+@pytest.mark.parametrize("name, kw, gen, fills", CASES)
+def test_advance_generation_is_decode_after_decode(name, kw, gen, fills):
+    prof = _profile(name)
+    rng = np.random.default_rng(11)
+    n_seq = kw["n_slots"]
+    a, b = PaperMemory(prof, **kw), PaperMemory(prof, **kw)
+    have = [0] * n_seq
+    # prompts first (the real decode on both: chunks of n_batch split into ubatches, window purges)
+    for q in range(n_seq):
+        n = int(rng.integers(300, 1500)) if q in gen else int(rng.integers(1, 700))
+        toks = rng.integers(10, 1000, n).astype(np.int32)
+        for o in range(0, n, a.n_batch):
+            chunk = toks[o:o + a.n_batch]
+            for m in (a, b):
+                assert _decode(m, [(q, chunk, have[q])], logits_all=False) == 0
+            have[q] += len(chunk)
+    assert _full_state(a, n_seq) == _full_state(b, n_seq)
+    calls = []  # what the window cache's bulk step answered (-1: the per-step decode ran instead)
+    if a.tgt.iswa:
+        win = a.tgt.attn[1]
+        bulk = win.advance_tokens
+        win.advance_tokens = lambda *x: calls.append(bulk(*x)) or calls[-1]
+    n_steps = 0
+    for k in (1, 7, 1500, 900):  # several calls, long enough for the window caches to wrap
+        feed = rng.integers(10, 1000, (k, len(gen))).astype(np.int32)
+        m = a.advance_generation(gen, [have[q] for q in gen], feed)
+        n_ok = 0
+        for j in range(k):
+            if _decode(b, [(q, [int(feed[j, c])], have[q] + j) for c, q in enumerate(gen)]) != 0:
+                b.stats["decode"] -= 1  # the refused decode (the caller's plain step makes it)
+                break
+            n_ok += 1
+        assert m == n_ok, f"{name}: applied {m} steps, decode took {n_ok}"
+        assert _full_state(a, n_seq) == _full_state(b, n_seq)
+        for q in gen:
+            have[q] += m
+        n_steps += m
+        if m < k:
+            break
+    assert n_steps > 0
+    assert (n_steps < 1 + 7 + 1500 + 900) == fills
+    if a.tgt.iswa:  # a stream per sequence: in bulk; one stream holding another sequence: step by step
+        assert calls and all(c >= 0 for c in calls) == (not kw.get("kv_unified", False))
