@@ -122,7 +122,13 @@ def simulate_main(argv: list[str]) -> int:
         speed = SpeedModel.from_rates(8000, 60)
         print("slotlab simulate: no --speed / --prefill-tps --gen-tps given: assuming 8000 / 60 tok/s "
               "(an 8B model on one GPU)", file=sys.stderr)
-    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags))
+    params = None
+    if flags:  # a session log renders with the server's template flags
+        from slotlab.engine.params import ServerParams
+
+        params = ServerParams.from_args(list(flags))
+    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags),
+                           params=params)
     for note in getattr(trace, "notes", []) or []:
         print(f"note: {note}", file=sys.stderr)
     vocab = None
@@ -141,7 +147,7 @@ def simulate_main(argv: list[str]) -> int:
     if getattr(trace, "notes", None):
         doc["notes"] = list(trace.notes)
     if why is not None:
-        doc.update(why.report(trace, vocab, res.engine))
+        doc.update(why.report(trace, vocab, res.engine, params))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
@@ -197,7 +203,7 @@ class WhyFold:
         if e.kind == "task_queued" and e.task not in self.order:
             self.order[e.task] = len(self.order)
 
-    def report(self, trace, vocab, engine) -> dict:
+    def report(self, trace, vocab, engine, params=None) -> dict:
         from slotlab.conversation import Renderer, client_changes
 
         x = engine.explainer
@@ -209,7 +215,7 @@ class WhyFold:
         changes = []
         if len(calls) > 1:
             model = vocab if vocab is not None else getattr(trace, "vocab", None)
-            changes = client_changes(calls, Renderer.of(model))
+            changes = client_changes(calls, Renderer.of(model, params))
         tot = ", ".join(f"{c} {n}" for c, n in sorted(x.lost_by_cause.items(), key=lambda kv: -kv[1]))
         self.lines = [f"#{i} {m.line()}" for i, m in misses] + [c.line() for c in changes]
         notes = []
