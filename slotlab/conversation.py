@@ -246,7 +246,8 @@ def classify(prev: Call, cur: Call) -> tuple[str, int, str, str, str] | None:
                                                     _text(x) if x and x.get("role") == "system" else "")
     if prev.reply and k == len(pm) and x is not None and x.get("role") == "assistant":
         return "reply_not_echoed", k, "assistant", *marked(_text(prev.reply), _text(x))
-    if x is not None and _starts_with(cm[k + 1:], expected[k:]):
+    # one or more messages inserted before what followed (a note and its answer, where turns alternate)
+    if x is not None and any(_starts_with(cm[k + n:], expected[k:]) for n in range(1, len(cm) - k)):
         return "message_inserted", k, role, *marked("", _text(x))
     if x is not None and x.get("role") == y.get("role") and (_starts_with(cm[k + 1:], expected[k + 1:])
                                                             or k == len(expected) - 1
@@ -368,10 +369,15 @@ def check_tools(where: str, tools) -> None:
     if not isinstance(tools, list):
         raise TraceError(f"{where}, field 'tools': expected an array of tools, got {tools!r}")
     for j, t in enumerate(tools):
-        if not isinstance(t, dict) or t.get("type") != "function":
+        if not isinstance(t, dict):
+            raise TraceError(f"{where}, field 'tools[{j}]': expected an object "
+                             f"{{\"type\": \"function\", \"function\": {{...}}}}, got {t!r}")
+        if t.get("type") != "function":
             raise TraceError(f"{where}, field 'tools[{j}].type': expected \"function\"")
         fn = t.get("function")
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        if not isinstance(fn, dict):
+            raise TraceError(f"{where}, field 'tools[{j}].function': expected an object with \"name\", got {fn!r}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
             raise TraceError(f"{where}, field 'tools[{j}].function.name': missing or not a string")
         if "parameters" in fn and not isinstance(fn["parameters"], dict):
             raise TraceError(f"{where}, field 'tools[{j}].function.parameters': expected a JSON schema object")

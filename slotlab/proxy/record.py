@@ -34,8 +34,8 @@ parse_trace ignores:
 * `temperature` is the request's, else the server default 0.8; the generated tokens themselves match a
   replay only for greedy requests (temperature 0), which is what the equality of results needs;
 * a chat request's prompt is the template applied by the upstream (`POST /apply-template`, llama-server's
-  own endpoint), else rendered from `GET /props`' `chat_template` (slotlab serve); ChatML prompts get
-  the ChatML message delimiters (checkpoints at messages, as slotlab serve sets them);
+  own endpoint), else rendered from `GET /props`' `chat_template` (slotlab serve); ChatML and Gemma
+  prompts get the message delimiters the server derives for those formats (checkpoints at user messages);
 * `wait: false` marks a request whose successor arrived before its answer was complete (concurrency);
 * every request has its `arrival` (seconds since the recorder started): a simulation's queueing rests
   on it; `sim_fields=True` (`slotlab proxy --sim-fields`) also writes `output` (the generated token ids,
@@ -80,10 +80,15 @@ MAX_ANSWER = 16 << 20
 REJECTED = frozenset((401, 403, 404, 405, 501, 502))
 #: llama-server's default temperature (a request without one samples at this)
 SERVER_TEMPERATURE = 0.8
-#: the ChatML delimiters slotlab serve sends with a ChatML chat (slotlab.serve.chat.ChatTemplate.delimiters)
-CHATML_DELIMITERS = [{"role": "system", "delimiter": "<|im_start|>system\n"},
-                     {"role": "user", "delimiter": "<|im_start|>user\n"},
-                     {"role": "assistant", "delimiter": "<|im_start|>assistant\n"}]
+#: the delimiters llama-server derives for a ChatML and a Gemma template (its autoparser; recorded from the
+#: real server: tests/serve/golden_delimiters.json), by a marker the rendered prompt shows; other formats
+#: get none here (the proxy does not see the template the server analysed)
+CHAT_DELIMITERS = {
+    "<|im_start|>": [{"role": "assistant", "delimiter": "<|im_start|>assistant"},
+                     {"role": "user", "delimiter": "<|im_start|>user"}],
+    "<start_of_turn>": [{"role": "assistant", "delimiter": "<start_of_turn>model"},
+                        {"role": "user", "delimiter": "<start_of_turn>user"}],
+}
 
 
 @dataclass
@@ -266,8 +271,11 @@ class Recorder:
         r["temperature"] = temp if isinstance(temp, (int, float)) and not isinstance(temp, bool) else SERVER_TEMPERATURE
         if isinstance(b.get("message_delimiters"), list):
             r["message_delimiters"] = b["message_delimiters"]
-        elif rec.kind in CHAT_KINDS and "<|im_start|>" in prompt:
-            r["message_delimiters"] = [dict(d) for d in CHATML_DELIMITERS]
+        elif rec.kind in CHAT_KINDS:
+            for marker, delims in CHAT_DELIMITERS.items():
+                if marker in prompt:
+                    r["message_delimiters"] = [dict(d) for d in delims]
+                    break
         if rec.kind in CHAT_KINDS:  # the call as the client sent it (slotlab.conversation compares them)
             r["endpoint"] = rec.path
             r["messages"] = rec.chat["messages"]

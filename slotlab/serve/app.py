@@ -326,7 +326,7 @@ class Api:
         except ChatRequestError as ex:
             raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
         body = dict(body)
-        body.setdefault("message_delimiters", self.chat.delimiters())
+        body["message_delimiters"] = self.chat.delimiters()  # the template's, whatever the body said (server-common.cpp 1410)
         # llama_params the chat path sets from the template, whatever the request said (a plain template:
         # content-only, no lazy grammar, no triggers, no preserved tokens)
         body.update({"chat_format": 0, "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": []})

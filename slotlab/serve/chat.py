@@ -22,6 +22,7 @@ import jinja2
 
 from slotlab.llama.chat_builtin import apply_builtin, special_texts
 from slotlab.serve import chat_request as cr
+from slotlab.serve.delimiters import message_delimiters
 from slotlab.serve.jinja_env import NOW, TemplateRaised, make_environment
 from slotlab.serve.template_caps import detect_caps
 from slotlab.serve.template_diff import Reasoning, analyze_reasoning
@@ -105,6 +106,7 @@ class ChatTemplate:
         self.is_gpt_oss = "<|channel|>" in src
         self.reasoning = Reasoning()
         self.supports_thinking = False
+        self._delimiters: list[dict] | None = None
         if self.use_jinja:
             try:
                 self.template = make_environment().from_string(src)
@@ -148,11 +150,13 @@ class ChatTemplate:
         return self._apply_jinja(inp, time.time() if now is None else now)
 
     def delimiters(self) -> list[dict]:
-        if self.is_default:
-            return [{"role": "system", "delimiter": "<|im_start|>system\n"},
-                    {"role": "user", "delimiter": "<|im_start|>user\n"},
-                    {"role": "assistant", "delimiter": "<|im_start|>assistant\n"}]
-        return []
+        """The `message_delimiters` the chat path sends (slotlab.serve.delimiters): derived from the
+        template as the server's autoparser or specialized parser does; none without --jinja."""
+        if not self.use_jinja:
+            return []
+        if self._delimiters is None:
+            self._delimiters = message_delimiters(self.source, self._probe_render, self.reasoning)
+        return [dict(d) for d in self._delimiters]
 
     # ---------------------------------------------------------------- rendering
 

@@ -130,7 +130,13 @@ def simulate_main(argv: list[str]) -> int:
         # a Mooncake prompt's ids must stay below the vocabulary's placeholders (granite-4.0-h-small's
         # 100,352 ids are fewer than the default range's 120,000)
         kw["hi"] = min(120_000, PaperVocab(profile.n_vocab).gen_lo)
-    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags), **kw)
+    params = None
+    if flags:  # a session log renders with the server's template flags
+        from slotlab.engine.params import ServerParams
+
+        params = ServerParams.from_args(list(flags))
+    trace = load_sim_trace(args.trace, limit=args.limit, time_scale=args.time_scale, model=model_flag(flags),
+                           params=params, **kw)
     for note in getattr(trace, "notes", []) or []:
         print(f"note: {note}", file=sys.stderr)
     vocab = None
@@ -154,7 +160,7 @@ def simulate_main(argv: list[str]) -> int:
     if getattr(trace, "notes", None):
         doc["notes"] = list(trace.notes)
     if why is not None:
-        doc.update(why.report(trace, vocab, res.engine.attached[0]))
+        doc.update(why.report(trace, vocab, res.engine.attached[0], params))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
@@ -210,7 +216,7 @@ class WhyFold:
         if e.kind == "task_queued" and e.task not in self.order:
             self.order[e.task] = len(self.order)
 
-    def report(self, trace, vocab, x) -> dict:
+    def report(self, trace, vocab, x, params=None) -> dict:
         from slotlab.conversation import Renderer, client_changes
 
         reqs = trace.requests
@@ -221,7 +227,7 @@ class WhyFold:
         changes = []
         if len(calls) > 1:
             model = vocab if vocab is not None else getattr(trace, "vocab", None)
-            changes = client_changes(calls, Renderer.of(model))
+            changes = client_changes(calls, Renderer.of(model, params))
         tot = ", ".join(f"{c} {n}" for c, n in sorted(x.lost_by_cause.items(), key=lambda kv: -kv[1]))
         self.lines = [f"#{i} {m.line()}" for i, m in misses] + [c.line() for c in changes]
         notes = []

@@ -271,9 +271,11 @@ def _reply_text(m: dict) -> str:
     return text
 
 
-def load_sessions(path, *, model=None, limit: int | None = None, time_scale: float = 1.0) -> SimTrace:
+def load_sessions(path, *, model=None, limit: int | None = None, time_scale: float = 1.0,
+                  params=None) -> SimTrace:
     """An OpenAI-messages session log (module docstring), tokenized through `model`'s chat template.
-    `model`: a loaded `slotlab.llama.Model`, a GGUF path, or None for the embedded default model.
+    `model`: a loaded `slotlab.llama.Model`, a GGUF path, or None for the embedded default model;
+    `params`: the server's flags (ServerParams: `--chat-template-file`, `--jinja` choose the template).
     Every line is checked before the model is loaded, so a bad log fails at once."""
     calls: list[_Call] = []
     with open(path) as f:
@@ -306,7 +308,7 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
         model = Model(model)
     from slotlab.serve.chat import ChatTemplate
 
-    tmpl = ChatTemplate(model)
+    tmpl = ChatTemplate(model, params)
     delims = tmpl.delimiters()
     from slotlab.conversation import Call
 
@@ -362,14 +364,15 @@ def trace_kind(path) -> str:
                      "Mooncake line 'input_length' (a slotlab trace is one JSON object with 'requests')")
 
 
-def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, model=None, **kw) -> SimTrace:
+def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, model=None, params=None,
+                   **kw) -> SimTrace:
     """Any trace the simulator reads, its format told from its content (`trace_kind`): a session log
     (tokenized with `model`: see `load_sessions`), a Mooncake JSONL, or a slotlab trace JSON.
     `time_scale` multiplies the arrival times; `kw` goes to `load_mooncake`."""
     p = Path(path)
     kind = trace_kind(p)
     if kind == "sessions":
-        return load_sessions(p, model=model, limit=limit, time_scale=time_scale)
+        return load_sessions(p, model=model, limit=limit, time_scale=time_scale, params=params)
     if kind == "mooncake":
         return load_mooncake(p, limit=limit, time_scale=time_scale, **kw)
     try:

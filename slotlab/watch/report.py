@@ -11,6 +11,7 @@ from pathlib import Path
 from slotlab.engine import event_types as T
 from slotlab.errors import SlotlabError
 from slotlab.explain import Explainer
+from slotlab.watch.divergence import Divergence, read_divergences, short
 from slotlab.watch.log_reader import LogReader, flags_of, requests_json
 
 
@@ -24,6 +25,15 @@ def read(path: str | Path) -> tuple[LogReader, list]:
     return rd, events
 
 
+def read_log_divergences(path: str | Path) -> dict:
+    """The LLAMA_SERVER_SLOTS_DEBUG blocks of a log file, by task (slotlab.watch.divergence)."""
+    try:
+        with open(path, "rb") as f:
+            return read_divergences(f)
+    except OSError as e:
+        raise SlotlabError(f"cannot read log {path}: {e.strerror or e}") from None
+
+
 def write_events(events: list, path: str | Path) -> int:
     """Every event as one JSON object per line (the format `slotlab replay --events` writes)."""
     with open(path, "w") as f:
@@ -32,13 +42,24 @@ def write_events(events: list, path: str | Path) -> int:
     return len(events)
 
 
-def misses(events: list) -> tuple[list, dict]:
+def _order(events: list) -> dict[int, int]:
+    """task id -> request index (0-based, in the order the prompts started)."""
+    return {t: i for i, t in enumerate(e.task for e in events if e.kind == T.PROMPT_PLAN)}
+
+
+def misses(events: list, divergences: dict | None = None) -> tuple[list, dict]:
     """The misses a log shows, as (request index, Miss), and tokens lost by cause: slotlab.explain's fold
     over the reader's events. A log names no tokens, so what it can explain is what its numbers say:
     the lcp of each idle slot (-lv 4 similarity lines) and of each RAM entry a load listed, and the
-    checkpoint lines (forced re-processing, a checkpoint restored short of the divergence)."""
+    checkpoint lines (forced re-processing, a checkpoint restored short of the divergence). With
+    `divergences` (slotlab.watch.divergence: the LLAMA_SERVER_SLOTS_DEBUG lines), a miss in the slot
+    the task ran in gets the text on both sides of the divergence."""
     x = Explainer().fold(events)
-    order = {t: i for i, t in enumerate(e.task for e in events if e.kind == T.PROMPT_PLAN)}
+    order = _order(events)
+    for m in x.misses:
+        d = (divergences or {}).get(m.task)
+        if d is not None and d.diverged and m.where == f"slot {d.slot}" and not (m.prompt_text or m.held_text):
+            m.prompt_text, m.held_text = d.prompt, d.held
     return [(order.get(m.task, -1), m) for m in x.misses], dict(x.lost_by_cause)
 
 
@@ -47,11 +68,31 @@ NO_MESSAGES = ("a server log carries no chat messages: to see what the client ch
                "the traffic (slotlab proxy --record trace.json) and run slotlab replay trace.json --why")
 
 
-def why_lines(events: list) -> list[str]:
+#: why a log shows no text around the divergences
+NO_DIFF = ("the log shows no text around the divergences: start llama-server with LLAMA_SERVER_SLOTS_DEBUG=1 "
+           "(and LLAMA_SERVER_SLOTS_N_DIFF=N for N tokens before each; it shows N + 2 after)")
+
+
+def diverged(events: list, divergences: dict | None) -> list[tuple[int, Divergence]]:
+    """(request index, Divergence) of every task whose prompt left what its slot held, in request order."""
+    order = _order(events)
+    return sorted(((order.get(t, -1), d) for t, d in (divergences or {}).items() if d.diverged),
+                  key=lambda x: x[0])
+
+
+def why_lines(events: list, divergences: dict | None = None) -> list[str]:
     """The misses a log shows with their causes. No trace can be replayed from a log, so a flag change
-    is offered only where what the log shows meets its precondition, and marked untested."""
-    found, lost = misses(events)
-    out = [f"#{i} {m.line()}" for i, m in found]
+    is offered only where what the log shows meets its precondition, and marked untested. Where the log
+    has the text around a prompt's divergence, each request that left what its slot held shows it (the
+    change itself may be the client's: the server's flags cannot undo that)."""
+    found, lost = misses(events, divergences)
+    rows = [(i, f"#{i} {m.line()}") for i, m in found]
+    with_miss = {m.task for _, m in found if m.prompt_text or m.held_text}
+    for i, d in diverged(events, divergences):
+        if d.task not in with_miss:
+            rows.append((i, f"#{i} task {d.task}: the prompt left what slot {d.slot} held at ' | ': "
+                            f"held '{short(d.held)}' / prompt '{short(d.prompt)}'"))
+    out = [r for _, r in sorted(rows, key=lambda x: x[0])]
     tot = ", ".join(f"{c} {n}" for c, n in sorted(lost.items(), key=lambda kv: -kv[1]))
     out.append(f"tokens lost by cause: {tot or 'none'}")
     return out
@@ -66,11 +107,13 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
     if as_json:
         doc = {"flags": flags_of(events), "results": results, "build": rd.build.summary()}
         if why:
-            found, lost = misses(events)
+            divs = read_log_divergences(log)
+            found, lost = misses(events, divs)
             doc["misses"] = [{"request": i, **m.as_dict()} for i, m in found]
             doc["lost_by_cause"] = lost
+            doc["divergences"] = [{"request": i, **d.as_dict()} for i, d in diverged(events, divs)]
             doc["client_changes"] = []  # a log has no messages (NO_MESSAGES)
-            doc["notes"] = [NO_MESSAGES]
+            doc["notes"] = [NO_MESSAGES, *([NO_DIFF] if not divs and results else [])]
         print(json.dumps(doc, indent=1, ensure_ascii=False), file=out)
         return 0
     head = f"{'#':>3} {'kind':<8} {'slot':>4} {'status':>6} {'cached':>7} {'prefill':>7} {'tokens':>7}  detail"
@@ -104,6 +147,9 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
     for p in rd.problems[:5]:
         print(f"reader problem: {p}", file=out)
     if why:
-        print("\n".join(why_lines(events)), file=out)
+        divs = read_log_divergences(log)
+        print("\n".join(why_lines(events, divs)), file=out)
+        if not divs and results:
+            print(f"note: {NO_DIFF}", file=out)
         print(f"note: {NO_MESSAGES}", file=out)
     return 0

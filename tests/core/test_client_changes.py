@@ -1,9 +1,9 @@
 """The client's side of a lost prefix (slotlab.conversation, issue 23 item 1).
 
 The golden sessions were recorded from the real llama-server's chat endpoint (tests/golden/record_sessions.py):
-one conversation per kind of client change, on the default model's own rendering (ChatML; the recorder
-also knows a tools-capable template, Qwen2.5, and Gemma 2's, which folds the system prompt into the first
-user turn: not recorded yet, each NAME.jsonl found here is tested). The server ran with one slot and --swa-full, so its `cache_n` is exactly the common prefix of
+one conversation per kind of client change, on the default model: `chatml`, its own rendering (the GGUF
+has no template: the server's ChatML); `gemma2`, the Gemma format (the server folds the system prompt into
+the first user turn); `qwen25`, a tools-capable template (tools rendered in the system block). The server ran with one slot and --swa-full, so its `cache_n` is exactly the common prefix of
 what it held and the new prompt: slotlab's rendering must give the server's prompt length on every call,
 and its divergence position the server's `cache_n` on every call that changed something."""
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from slotlab.conversation import Call, classify, marked
@@ -41,6 +42,8 @@ def u(t):
      ("tools_changed", 0)),
     (_c([S, U, A, u("u1")], A), _c([S, u("u0!"), A, u("u1"), A, u("u2")]), ("message_edited", 1)),
     (_c([S, U, A, u("u1")], A), _c([S, U, A, u("note"), u("u1"), A, u("u2")]), ("message_inserted", 3)),
+    # where turns must alternate (Gemma), a note comes with its answer: two messages inserted
+    (_c([S, U, A, u("u1")], A), _c([S, U, A, u("note"), A, u("u1"), A, u("u2")]), ("message_inserted", 3)),
     (_c([S, U, A, u("u1"), A, u("u2")], A), _c([S, u("summary"), u("u3")]), ("compacted", 1)),
     (_c([S, U, A, u("u1"), A, u("u2")], A), _c([S, u("u2"), A, u("u3")]), ("compacted", 1)),
     (_c([S, U], A), _c([S, U, {"role": "assistant", "content": "a0 edited"}, u("u1")]), ("reply_not_echoed", 2)),
@@ -66,7 +69,9 @@ def _line(**kw):
 
 @pytest.mark.parametrize("bad, field", [
     (_line(tools={"name": "f"}), "tools"),
-    (_line(tools=[{"type": "function"}]), "tools[0].function.name"),
+    (_line(tools=[{"type": "function"}]), "tools[0].function"),
+    (_line(tools=[{"type": "function", "function": {"description": "d"}}]), "tools[0].function.name"),
+    (_line(tools=["search_docs"]), "tools[0]"),
     (_line(tools=[{"type": "retrieval", "function": {"name": "f"}}]), "tools[0].type"),
     (_line(tools=[{"type": "function", "function": {"name": "f", "parameters": "any"}}]),
      "tools[0].function.parameters"),
@@ -84,7 +89,7 @@ def test_a_malformed_tools_or_messages_field_names_line_and_field(tmp_path, bad,
     with pytest.raises(TraceError) as ei:
         load_sim_trace(p)  # every line is checked before a model is loaded
     msg = str(ei.value)
-    assert str(p) in msg and "line 2" in msg and f"field '{field}" in msg, msg
+    assert str(p) in msg and "line 2" in msg and f"field '{field}'" in msg, msg
 
 
 # ---------------------------------------------------------------------------------------------- golden sessions
@@ -143,8 +148,11 @@ def test_golden_sessions_name_each_change(model, name):
         # its end, as here, leaves nothing of what the server held after the divergence: 0 is right)
         if ch.change in ("system_changed", "message_edited", "message_inserted", "compacted"):
             assert ch.tokens_lost > 0, (name, i, ch.line())
-        if ch.change == "tools_changed" and name == "chatml":
-            assert ch.tokens_lost == 0  # ChatML does not render tools: the prompt did not change
+        if ch.change == "tools_changed":
+            # ChatML and Gemma render no tools (the prompt did not change: nothing lost); Qwen2.5 renders
+            # them in its system block, so re-ordering them costs what followed
+            renders_tools = not np.array_equal(r.tokens(c.messages, c.tools), r.tokens(c.messages, None))
+            assert (ch.tokens_lost > 0) == renders_tools, (name, i, ch.line())
     plain = [i for i, x in enumerate(lines) if x["session_id"] == "plain"]
     assert plain and not any(i in changes for i in plain)
 
@@ -155,13 +163,14 @@ def test_golden_sessions_through_simulate_why(model, name):
     import subprocess
     import sys
 
-    if name != "chatml":
-        pytest.skip("simulate renders with the model's own template")
+    _, rec = _golden(name)
+    root = Path(__file__).resolve().parents[2]
+    template = [str(root / f) if f.endswith(".jinja") else f for f in rec["flags"] if f in ("--jinja",)
+                or f.endswith(".jinja") or f == "--chat-template-file"]
     out = subprocess.run([sys.executable, "-m", "slotlab.cli", "simulate", str(SESSIONS / f"{name}.jsonl"), "--why",
-                          "--json", "-np", "1", "-c", "8192"], capture_output=True, text=True, timeout=600)
+                          "--json", "-np", "1", "-c", "8192", *template], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    _, rec = _golden(name)
     made = {i: tuple(s["made"]) for i, s in enumerate(rec["calls"]) if s["made"]}
     got = {c["request"]: (c["change"], c["message"]) for c in doc["client_changes"]}
     assert got == made

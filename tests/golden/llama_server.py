@@ -49,7 +49,7 @@ class LlamaServer:
     def __enter__(self) -> "LlamaServer":
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
+        deadline = time.time() + 600  # a loaded host can take minutes to load even the small model
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"llama-server exited with {self.proc.returncode}; log: {self.log_path}")
@@ -59,6 +59,7 @@ class LlamaServer:
             except OSError:
                 pass
             time.sleep(0.2)
+        self.__exit__()  # never leave the server running behind the error
         raise RuntimeError(f"llama-server did not become healthy; log: {self.log_path}")
 
     def __exit__(self, *exc) -> None:

@@ -16,8 +16,11 @@ slotlab's. Templates (NAME):
 
 * `chatml`: the default model's own rendering (its GGUF has no template: the server's ChatML);
 * `qwen25`: a tools-capable template (Qwen2.5-Instruct: tools rendered in the system block);
-* `gemma2`: a template without a system role (Gemma 2): the server folds the system prompt into the
-  first user turn."""
+* `gemma2`: the Gemma chat format (Gemma 2's template: the Gemma 3 GGUF here carries none, and none of
+  Gemma 3's ships with llama.cpp's templates): no system role, so the server folds the system prompt into
+  the first user turn; turns must alternate, so an inserted note and a compaction's summary come with an
+  assistant answer. Not recorded yet (the shared host ran these at about 1 call a minute): record them
+  with `python -m tests.golden.record_sessions qwen25 gemma2`."""
 
 from __future__ import annotations
 
@@ -86,23 +89,27 @@ def session_message_edited(ask):
     ask(edited, made=("message_edited", 1))
 
 
-def session_message_inserted(ask):
+def session_message_inserted(ask, alternating=False):
     m = [system("insert"), user(Q[0])]
     r1 = ask(m)
     m2 = [*m, r1, user(Q[1])]
     r2 = ask(m2)
-    ask([m[0], m[1], r1, user("Note: the bike is a 2019 city bike."), user(Q[1]), r2, user(Q[2])],
-        made=("message_inserted", 3))
+    note = [user("Note: the bike is a 2019 city bike.")]
+    if alternating:  # the template wants user / assistant turns in turn: a note and its answer
+        note.append({"role": "assistant", "content": "Noted."})
+    ask([m[0], m[1], r1, *note, user(Q[1]), r2, user(Q[2])], made=("message_inserted", 3))
 
 
-def session_compacted(ask):
+def session_compacted(ask, alternating=False):
     m = [system("compact"), user(Q[0])]
     for q in Q[1:3]:
         m += [ask(m), user(q)]
     r = ask(m)
-    summary = user("Summary of the conversation so far: the customer's rear brake squeals in the rain; "
-                   "pads or rim cleaning were discussed.")
-    ask([m[0], summary, user(Q[3])], made=("compacted", 1))
+    summary = [user("Summary of the conversation so far: the customer's rear brake squeals in the rain; "
+                    "pads or rim cleaning were discussed.")]
+    if alternating:
+        summary.append({"role": "assistant", "content": "Understood."})
+    ask([m[0], *summary, user(Q[3])], made=("compacted", 1))
     del r
 
 
@@ -123,6 +130,9 @@ def session_other(ask):
 
 
 SESSIONS = {k.removeprefix("session_"): v for k, v in globals().items() if k.startswith("session_")}
+#: templates that raise unless user and assistant turns alternate (Gemma): the insertion and the compaction
+#: add an assistant turn after their user message
+ALTERNATING = {"gemma2"}
 
 
 def record(name: str) -> None:
@@ -150,7 +160,10 @@ def record(name: str) -> None:
                               "usage": ans.get("usage"), "made": list(made) if made else None})
                 return dict(reply)  # a plain client echoes the reply as it got it
 
-            fn(ask)
+            if name in ALTERNATING and "alternating" in fn.__code__.co_varnames:
+                fn(ask, alternating=True)
+            else:
+                fn(ask)
     (DIR / f"{name}.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
     (DIR / f"{name}.llama-server.json").write_text(json.dumps(
         {"flags": [*FLAGS, *[f if not f.endswith(".jinja") else f"tests/llamacpp/vendor/models/templates/{Path(f).name}"

@@ -126,7 +126,9 @@ def test_apply_keeps_the_chat_paths_api(templates):
     chat = templates("default_chatml")
     case = _case("default_chatml", "system_user")
     assert chat.apply(case["request"]["messages"]) == case["prompt"]
-    assert [d["role"] for d in chat.delimiters()] == ["system", "user", "assistant"]
+    # the autoparser's assistant start, then its user start (tests/serve/test_delimiters.py: as the server logs them)
+    assert chat.delimiters() == [{"role": "assistant", "delimiter": "<|im_start|>assistant"},
+                                 {"role": "user", "delimiter": "<|im_start|>user"}]
     assert chat.is_default and chat.source.startswith("{%- for message in messages -%}")
 
 
