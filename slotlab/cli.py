@@ -399,6 +399,12 @@ def cmd_profiles(argv: list[str]) -> int:
     return profiles_main(argv)
 
 
+def cmd_report(argv: list[str]) -> int:
+    from slotlab.report import report_main
+
+    return report_main(argv)
+
+
 def cmd_whatif(argv: list[str]) -> int:
     """`slotlab whatif`: slotlab.sim.whatif simulates the grid, slotlab.figures.whatif draws it."""
     from dataclasses import asdict
@@ -478,7 +484,7 @@ def cmd_whatif(argv: list[str]) -> int:
 
 COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
             "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy, "whatif": cmd_whatif,
-            "profiles": cmd_profiles}
+            "profiles": cmd_profiles, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
               "  proxy   a recording pass-through proxy in front of llama-server (--upstream URL --record trace.json)\n"
               "  simulate  a trace on the paper memory on a simulated clock (Mooncake .jsonl or slotlab .json)\n"
               "  calibrate time the model on this machine: the speed model for simulate (-o speed.json)\n"
+              "  report  a recorded agent run per conversation: reused / re-processed tokens by cause (--png FILE)\n"
               "  whatif  simulate a trace under a grid of flag settings (--vary \"--cache-ram 0,4096\") and name the best\n"
               "  profiles  the shipped model profiles: memory kind, KV bytes a token, SWA window, checkpoint sizes")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
