@@ -490,7 +490,7 @@ COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: slotlab {info,lab,replay,serve,watch,proxy,simulate,calibrate} ...\n  info    print model, context, slot configuration and build capabilities\n"
+        print("usage: slotlab {info,lab,replay,serve,watch,proxy,simulate,calibrate,whatif,report,profiles} ...\n  info    print model, context, slot configuration and build capabilities\n"
               "  lab     start JupyterLab on the notebooks (settings and workspace in lab/)\n"
               "  replay  replay a request trace as llama-server would serve it (--json for the golden schema)\n"
               "  serve   a llama-server compatible HTTP server on the lab's engine (same flags)\n"
