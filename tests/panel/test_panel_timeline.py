@@ -111,3 +111,29 @@ def test_a_rebuilt_state_draws_the_same_timeline(run):
     again = PanelState.from_bus(e.events)
     assert timeline_data(again.timeline) == timeline_data(p.state.timeline)
     assert [w for w in again.why] == [w for w in p.state.why]
+
+
+def test_a_trimmed_bus_keeps_the_last_calls_of_the_timeline():
+    """Long runs: the bus trims its log, but retains the last TIMELINE_KEEP client_call and task_done
+    events, so a timeline rebuilt late (a panel opened late, the slider) equals the one folded live."""
+    from slotlab.engine import event_types as T
+    from slotlab.engine.events import EventBus
+    from slotlab.panel.timeline import timeline_data
+    from slotlab.timeline import Timeline
+
+    bus = EventBus(max_log=50, strict=True)
+    live = Timeline()
+    bus.subscribe(live.apply)
+    bus.emit(T.INIT, n_slots=1, n_ctx_slot=4096, kv_unified=True, n_swa=0, cache_ram=0, flags=["-np", "1"],
+             draft=False, sps=0.1)
+    for i in range(3 * T.TIMELINE_KEEP):
+        change = {"change": "system_changed", "message_index": 0, "role": "system", "tokens_lost": 7, "before": "a",
+                  "after": "b", "previous": i - 3, "position": 3} if i % 5 == 4 else {}
+        bus.emit(T.CLIENT_CALL, task=i, request=i, session=f"s{i % 3}", **change)
+        bus.emit(T.TASK_DONE, slot=0, task=i, cache_n=i % 11, prompt_n=20, predicted_n=1, tokens_cached=30)
+    late = Timeline().fold(bus.replayable())
+    assert len(live.bars()) == len(late.bars()) == T.TIMELINE_KEEP
+    assert timeline_data(late) == timeline_data(live)
+    b = late.bars()[-1]
+    assert (b.request, b.cache_n, b.prompt_n, b.parts) == (599, 599 % 11, 20, [("client:system_changed", 7),
+                                                                               ("new", 13)])
