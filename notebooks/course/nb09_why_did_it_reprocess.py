@@ -140,38 +140,6 @@ assert [n for r, n in erased if r == "too_close"] == [42, 74, 106]   # within -c
 assert sum(r == "fifo" for r, _ in erased) == 11                     # then the oldest, as the real server did
 display(panel_image(st))
 out["engine"].close()"""),
-    md("""## 4. An agent's whole run: where did its prefix break?
-A per-miss line answers for one request; an agent makes dozens of calls. `slotlab report CALLS --png`
-replays a recorded run conversation by conversation (a session log, or what `slotlab proxy --record`
-writes) and draws each call as a bar of its prompt: `cache_n` reused, then its `prompt_n` by cause — the
-**client's** change against the conversation's previous call (hatched, a ▼ where the prompt diverged) or
-the **server's** mechanism (outlined), and the new tokens. Here the golden session log recorded from the
-real llama-server's chat endpoint on the default model (Gemma 3, an SWA model; one conversation per kind
-of client change), replayed without `--swa-full`: with it, as recorded, every bar equals the server's
-own `cache_n` / `prompt_n` (tests/figures/test_timeline_fig.py)."""),
-    code("""from slotlab.report import load, run
-from slotlab.figures.timeline import figure as timeline_figure
-
-ld = load(ROOT / "tests" / "golden" / "sessions" / "chatml.jsonl", flags=["-np", "1", "-c", "8192"])
-tl, out = run(ld)
-bars = {b.request: b for b in tl.bars()}
-for i in (4, 5, 10):
-    b = bars[i]
-    print(f"#{i} {b.session}: reused {b.cache_n}, processed {b.prompt_n}: "
-          + ", ".join(f"{c} {n}" for c, n in b.parts))
-    assert (b.cache_n, b.prompt_n) == (out["results"][i]["cache_n"], out["results"][i]["prompt_n"])
-    assert sum(n for _, n in b.parts) == b.prompt_n
-c5, m5 = bars[5].call, bars[5].miss
-assert c5.change == "system_changed" and bars[5].parts[1] == ("client:system_changed", c5.tokens_lost)
-assert bars[5].parts[0] == ("server:" + m5.cause, m5.lost) and m5.cause == "no_checkpoint"
-assert bars[10].call.change == "message_edited" and bars[10].miss.cause == "checkpoint_early"
-display(png.image(timeline_figure(tl, title="chatml.jsonl (-np 1 -c 8192): each call's prompt by cause")))"""),
-    md("""The clock in the system prompt (#5) costs the most: what the server held after it is processed
-again (the client's part), and, since no checkpoint lies that early, the few tokens before it too; the
-fix is the client's (keep the system prompt byte-stable). The plain conversation loses a few tokens each
-turn to `checkpoint_early`, the server's part. The panel draws the same bars in its *conversations* tab
-as the calls arrive (`slotlab.timeline.Conversations(engine).chat(messages, session=...)`), and its why
-line names the client's change beside the server's."""),
     md("""## Reading your own server
 The same explanation runs on any trace: `slotlab replay my-trace.json --why` (record the trace with
 `slotlab proxy`, or write it by hand), and on a real server's log the same facts come from
