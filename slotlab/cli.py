@@ -403,6 +403,12 @@ def cmd_profiles(argv: list[str]) -> int:
     return profiles_main(argv)
 
 
+def cmd_report(argv: list[str]) -> int:
+    from slotlab.report import report_main
+
+    return report_main(argv)
+
+
 def cmd_whatif(argv: list[str]) -> int:
     """`slotlab whatif`: slotlab.sim.whatif simulates the grid, slotlab.figures.whatif draws it."""
     from dataclasses import asdict
@@ -482,13 +488,13 @@ def cmd_whatif(argv: list[str]) -> int:
 
 COMMANDS = {"info": cmd_info, "lab": cmd_lab, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
             "simulate": cmd_simulate, "calibrate": cmd_calibrate, "proxy": cmd_proxy, "whatif": cmd_whatif,
-            "profiles": cmd_profiles}
+            "profiles": cmd_profiles, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: slotlab {info,lab,replay,serve,watch,proxy,simulate,calibrate} ...\n  info    print model, context, slot configuration and build capabilities\n"
+        print("usage: slotlab {info,lab,replay,serve,watch,proxy,simulate,calibrate,whatif,report,profiles} ...\n  info    print model, context, slot configuration and build capabilities\n"
               "  lab     start JupyterLab on the notebooks (settings and workspace in lab/)\n"
               "  replay  replay a request trace as llama-server would serve it (--json for the golden schema)\n"
               "  serve   a llama-server compatible HTTP server on the lab's engine (same flags)\n"
@@ -496,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
               "  proxy   a recording pass-through proxy in front of llama-server (--upstream URL --record trace.json)\n"
               "  simulate  a trace on the paper memory on a simulated clock (Mooncake .jsonl or slotlab .json)\n"
               "  calibrate time the model on this machine: the speed model for simulate (-o speed.json)\n"
+              "  report  a recorded agent run per conversation: reused / re-processed tokens by cause (--png FILE)\n"
               "  whatif  simulate a trace under a grid of flag settings (--vary \"--cache-ram 0,4096\") and name the best\n"
               "  profiles  the shipped model profiles: memory kind, KV bytes a token, SWA window, checkpoint sizes")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2

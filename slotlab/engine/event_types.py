@@ -115,6 +115,8 @@ SLOT_SNAPSHOT = "slot_snapshot"
 LOG = "log"
 # explanations derived from the facts above (slotlab.explain.attach)
 REQUEST_MISS = "request_miss"
+# the client's side (slotlab.conversation): which chat call a task is, and what it changed
+CLIENT_CALL = "client_call"
 
 #: the `slot_clear` reasons that count as an eviction on the panel (the slot's KV is gone for good)
 EVICTING_CLEARS = ("idle_clear", "purge")
@@ -1048,6 +1050,46 @@ class RequestMiss(ExplainEvent):
     """Candidate changes, most specific first (flags, or advice)."""
 
 
+# ---------------------------------------------------------------------------------------------- the client's side
+
+@_family("conversation")
+class ConversationEvent(Payload):
+    """What the client sent, as slotlab.conversation reads it: emitted by whoever knows the chat call
+    behind a task (a session replay, `slotlab.timeline.Conversations`), right after the task is queued,
+    so a fold can place the task in its conversation (the panel's conversation timeline)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientCall(ConversationEvent):
+    """The task (`task`) is chat call `request` of conversation `session`, and what that call changed
+    against the conversation's previous call (`change` None: it only appended, or it is the first)."""
+    KINDS = (CLIENT_CALL,)
+    request: int
+    """Index of the call in the trace or session log (0-based; the order calls were made in)."""
+    session: str
+    """The conversation: a session log's `session_id`, else the first call's `#request`."""
+    previous: int = -1
+    """The request it was compared with (-1: the conversation's first call)."""
+    change: Optional[str] = None
+    """`system_changed`, `tools_changed`, `message_edited`, `message_inserted`, `compacted`,
+    `reply_not_echoed`, `other` (slotlab.conversation.KINDS), or None."""
+    message_index: int = -1
+    """Index into this call's `messages` where the change is (0 for the system prompt and the tools;
+    slotlab.conversation's `message`: the event's own `message` is its text)."""
+    role: str = ""
+    """That message's role (`tools` for a tools change)."""
+    tokens_lost: int = 0
+    """Tokens the server held past the divergence that this call sent again (processed again)."""
+    before: str = ""
+    """The previous call's text there, short, the differing part in `[...]`."""
+    after: str = ""
+    """This call's text there, the same way."""
+    position: int = -1
+    """The token where the prompt diverged from what the server held (-1: unknown)."""
+    advice: str = ""
+    """The client's fix (slotlab.conversation.ADVICE; never a server flag)."""
+
+
 # ---------------------------------------------------------------------------------------------- registry and validation
 
 def _all_kinds_in_module() -> dict[str, str]:
@@ -1155,6 +1197,8 @@ HISTORY_PER_SLOT = 20
 WHY_KEEP = 200
 CHECKPOINT_MARKS_KEEP = 200
 EVICTIONS_KEEP = 5000
+#: conversation timeline bars the panel keeps (each needs its call's client_call and task_done)
+TIMELINE_KEEP = 200
 #: slot decisions remembered per task (slotlab.explain.Explainer keeps as many)
 DECISIONS_KEEP = 4096
 
@@ -1175,6 +1219,9 @@ RETAIN: tuple[Retain, ...] = (
     Retain("prompt_plan_why", (PROMPT_PLAN,), keep=WHY_KEEP),
     Retain("slot_decision", (SLOT_DECISION,), key=_task, max_keys=DECISIONS_KEEP),
     Retain("checkpoint_marks", CHECKPOINT_MARKS, keep=CHECKPOINT_MARKS_KEEP),
+    # the conversation timeline: the last TIMELINE_KEEP calls and their answers
+    Retain("client_calls", (CLIENT_CALL,), keep=TIMELINE_KEEP),
+    Retain("timeline_done", (TASK_DONE,), keep=TIMELINE_KEEP),
     Retain("evictions", (CACHE_EVICT, SLOT_CLEAR), keep=EVICTIONS_KEEP,
            when=lambda e: e.kind == CACHE_EVICT or (e.data.get("reason") in EVICTING_CLEARS
                                                       and e.data.get("n_tokens", 0) > 0)),

@@ -15,12 +15,10 @@ from matplotlib.patches import Patch
 
 from slotlab.explain import CAUSES
 from slotlab.figures import png
+from slotlab.palette import MISS_COLORS, NEW, REUSED
 
-REUSED = "#4c78a8"  # the panel's "kept" colour
-NEW = "#f2b27a"  # a lighter "prefill": processed, and nothing held them
 #: one colour per miss cause (slotlab.explain.CAUSES order)
-CAUSE_COLORS = dict(zip(CAUSES, ("#7f7f7f", "#bcbd22", "#17becf", "#e377c2", "#8c564b", "#9467bd", "#ff7f0e",
-                                 "#aec7e8", "#d62728", "#ff9896", "#c7c7c7", "#444444")))
+CAUSE_COLORS = {c: MISS_COLORS[c] for c in CAUSES}
 
 
 def requests_figure(misses, *, title: str | None = None, label=None, width: float = 9.0):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from slotlab import explain
+from slotlab import explain, timeline
 from slotlab.engine import event_types as T
 
 EVICTION_REASONS = ("make_room", "byte_limit", "token_limit", "obsolete_prefix", "loaded", "shrink", "idle_clear",
@@ -62,6 +62,10 @@ class PanelState:
     n_requests: int = 0
     _explainer: explain.Explainer = field(default_factory=lambda: explain.Explainer(max_lines=T.WHY_KEEP), repr=False,
                                           compare=False)
+    #: the conversations tab's fold (slotlab.timeline): chat calls (client_call events) and their numbers
+    timeline: timeline.Timeline = field(default_factory=timeline.Timeline, repr=False, compare=False)
+    #: task -> its client_call (what the client changed), for the why line
+    _calls: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def rebuild(cls, events, dropped: dict | None = None) -> "PanelState":
@@ -89,13 +93,25 @@ class PanelState:
     def apply(self, e) -> None:
         k = e.kind
         self.last_seq = e.seq
+        if k in timeline.READS:
+            self.timeline.apply(e)
         if k not in _FOLDED:
             return
         p = T.payload(e)  # raises EventSchemaError on a malformed event: the panel reports it
+        if k == T.CLIENT_CALL:
+            self._calls[e.task] = p
+            while len(self._calls) > T.WHY_KEEP:
+                self._calls.pop(next(iter(self._calls)))
+            for j, (t, s, _) in enumerate(self.why):  # announced after its plan (a live engine): the line again
+                if t == e.task:
+                    x = self._explainer.slots.get(s)
+                    if x is not None and x.task == t:
+                        self.why[j] = (t, s, why_text(x, p))
+            return
         if k in _EXPLAINED:
             x = self._explainer.apply(e)
             if x is not None:  # a prompt plan: the request's why line, and its miss cause if it lost tokens
-                self.why.append((e.task, e.slot, why_text(x)))
+                self.why.append((e.task, e.slot, why_text(x, self._calls.get(e.task))))
                 if x.miss is not None:
                     self.misses.append(x.miss)
         if k == T.INIT:
@@ -111,7 +127,7 @@ class PanelState:
             x = self._explainer.slots.get(e.slot)
             sv.prov = _spans(x, e.task, p.n_tokens, p.n_prompt)
             if x is not None:
-                sv.divergence, sv.div_text, sv.why = x.divergence, x.div_text, why_text(x)
+                sv.divergence, sv.div_text, sv.why = x.divergence, x.div_text, why_text(x, self._calls.get(x.task))
         elif k == T.TASK_DONE:
             self.n_requests += 1
             self.slot(e.slot)
@@ -158,15 +174,24 @@ _EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVI
                         T.CACHE_SKIP_OVER_LIMIT))
 #: the kinds `PanelState.apply` folds (every other kind only advances `last_seq`)
 _FOLDED = frozenset((T.INIT, T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_STATE,
-                     T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN, T.CACHE_SKIP_OVER_LIMIT) + T.CHECKPOINT_MARKS)
+                     T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN, T.CACHE_SKIP_OVER_LIMIT, T.CLIENT_CALL)
+                    + T.CHECKPOINT_MARKS)
 
 
-def why_text(x) -> str:
-    """A request's why line, with the cause of its miss when it reused less than the server held. A live
-    panel has no trace to replay: its flag advice is the untested kind (`Miss.tip`: shown only where
-    the events show its precondition, and marked so)."""
-    if x.miss is None:
-        return x.why
-    m = x.miss
-    tip = f" ({m.tip()})" if m.tip() else ""
-    return f"{x.why}; MISSED {m.lost} reusable tokens at {m.where}: {m.detail}{tip}"
+def why_text(x, call=None) -> str:
+    """A request's why line, with the cause of its miss when it reused less than the server held, and
+    the client's change when the call (`call`: its `client_call` payload) rewrote what the server held.
+    A live panel has no trace to replay: its flag advice is the untested kind (`Miss.tip`: shown only
+    where the events show its precondition, and marked so; a flag a counterfactual tried is shown only
+    when it reused more). A client-side change gets the client's fix, never a flag."""
+    out = x.why
+    if x.miss is not None:
+        m = x.miss
+        tip = f" ({m.tip()})" if m.tip() else ""
+        out += f"; MISSED {m.lost} reusable tokens at {m.where}: {m.detail}{tip}"
+    if call is not None and call.change:
+        fix = f" — {call.advice}" if call.advice else ""
+        out += (f"; CLIENT CHANGE {call.change} at message {call.message_index} ({call.role}): {call.before!r} -> "
+                f"{call.after!r}, {call.tokens_lost} tokens the server held processed again (client-side: no server "
+                f"flag fixes it{fix})")
+    return out

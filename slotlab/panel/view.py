@@ -31,6 +31,7 @@ from slotlab.llama.build import LLAMA_CPP_BUILD
 from slotlab.panel import figure
 from slotlab.panel.figure import CHECKPOINT_COLOR, COLORS, DIVERGENCE_COLOR, N_PAST_COLOR, TITLES
 from slotlab.panel.state import EVICTION_REASONS, PROVENANCE, PanelState
+from slotlab.panel.timeline import TimelineView
 from slotlab.units import MIB
 
 log = logging.getLogger("slotlab.panel")
@@ -154,13 +155,15 @@ class Panel(w.VBox):
             w.HBox([self.slider, self.follow]),
             self.trim_note,
         ])
+        self.timeline = TimelineView()  # the conversations tab (slotlab.panel.timeline)
         tabs = w.Tab(children=[
             w.VBox([self.gauges, self.cache_box]),
             w.VBox([w.HBox([self.f_kind, self.f_slot, self.f_reason, self.f_text]), self.events_box]),
             self.why_box,
             self.slot_table,
+            self.timeline.box,
         ])
-        for i, t in enumerate(("RAM prompt cache", "events", "why", "slots")):
+        for i, t in enumerate(("RAM prompt cache", "events", "why", "slots", "conversations")):
             tabs.set_title(i, t)
         self.tabs = tabs
         super().__init__([self.header, controls, self.fig, tabs])
@@ -302,6 +305,7 @@ class Panel(w.VBox):
         self._render_events()
         self._render_why(st)
         self._render_slots(st)
+        self.timeline.render(st.timeline)
         self._render_status()
         self._render_trim_note()
 

@@ -263,6 +263,7 @@ def test_retention_is_bounded():
         bus.emit(T.TASK_DONE, slot=i % 4, task=i, cache_n=0, prompt_n=5, predicted_n=1, tokens_cached=6)
     held = bus.retained
     assert sum(e.kind == "prompt_plan" for e in held) == T.WHY_KEEP  # the per-slot rings are within the last 200
-    assert sum(e.kind == "task_done" for e in held) == 4 * T.HISTORY_PER_SLOT
+    # the conversation timeline's last TIMELINE_KEEP answers hold each slot's last HISTORY_PER_SLOT too
+    assert sum(e.kind == "task_done" for e in held) == max(T.TIMELINE_KEEP, 4 * T.HISTORY_PER_SLOT)
     assert sum(e.kind == "slot_decision" for e in held) == T.DECISIONS_KEEP
     assert sum(bus.dropped.values()) + len(held) + len(bus.log) == bus.n_events
