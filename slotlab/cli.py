@@ -429,6 +429,9 @@ def cmd_whatif(argv: list[str]) -> int:
     ap.add_argument("--limit", type=int, help="only the first N requests")
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
     ap.add_argument("--jobs", type=int, help="parallel runs (default: min(cores, runs))")
+    ap.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run the grid on this existing Dask cluster "
+                    "instead of local processes (needs the optional extra: pip install 'slotlab[dask]'; the workers "
+                    "need slotlab too)")
     args, base = ap.parse_known_args(argv)
     from slotlab.sim.speed import SpeedModel
 
@@ -452,7 +455,7 @@ def cmd_whatif(argv: list[str]) -> int:
             print(f"\rwhatif: {i}/{total} runs", end="\n" if i == total else "", file=sys.stderr, flush=True)
 
     runs = run_grid(args.trace, base, varies, speed=speed, profile=args.profile, limit=args.limit,
-                    time_scale=args.time_scale, jobs=args.jobs, progress=progress)
+                    time_scale=args.time_scale, jobs=args.jobs, progress=progress, scheduler=args.scheduler)
     pick = best(runs, args.budget_mib, args.objective)
     if args.json:
         print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None}, indent=1))
