@@ -121,6 +121,9 @@ def cmd_replay(argv: list[str]) -> int:
     ap.add_argument("--memory", choices=("real", "paper"), default="real", help="paper: the paper memory (sizes "
                     "from the GGUF header, nothing decoded, placeholder tokens generated; the model is loaded for "
                     "its vocabulary only)")
+    ap.add_argument("--counterfactuals", choices=("paper", "real"), default="paper", help="with --why: where the "
+                    "flag changes are replayed (default paper: the paper memory, for every memory kind, each request "
+                    "generating what it generated in the replay; real: the real model, slower)")
     args = ap.parse_args(argv)
     from slotlab.engine.replay import load_trace, replay
 
@@ -144,7 +147,8 @@ def cmd_replay(argv: list[str]) -> int:
             from slotlab.llama import Model
 
             replayer = paper_replayer(trace, vocab=Model(ServerParams.from_args(resolve_flags(trace.flags)).model))
-        diag = diagnose_trace(trace, max_misses=args.max_misses, replayer=replayer,
+        cf = args.counterfactuals if replayer is None or args.counterfactuals == "real" else None  # None: as replayed
+        diag = diagnose_trace(trace, max_misses=args.max_misses, replayer=replayer, counterfactuals=cf,
                               progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         if args.json:
             print(json.dumps(diag.as_json(), indent=1, ensure_ascii=False))
