@@ -425,8 +425,8 @@ def cmd_whatif(argv: list[str]) -> int:
     ap.add_argument("--html", help="write a plotly figure of the grid here")
     ap.add_argument("--png", help="write the grid as a static picture (PNG) here")
     ap.add_argument("--json", action="store_true", help="print the runs as JSON")
-    ap.add_argument("--profile", default=None, help="model profile: JSON, shipped name (llama-3.1-8b) or GGUF "
-                                                    "(default: the header of -m, or the embedded model)")
+    ap.add_argument("--profile", default=None, help="model profile: JSON or TOML file, shipped name (llama-3.1-8b) "
+                                                    "or GGUF (default: the header of -m, or the embedded model)")
     ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
     ap.add_argument("--prefill-tps", type=float, default=8000, help="prefill tokens/s (default 8000)")
     ap.add_argument("--gen-tps", type=float, default=60, help="generation tokens/s of one sequence (default 60)")

@@ -2,8 +2,9 @@
 
 Every combination of the `--vary` values is simulated on the trace (slotlab.sim.simulate, fast mode, the
 paper memory: no model), in parallel (a `multiprocessing.Pool` of min(cores, runs) workers, `--jobs`, or
-an existing Dask cluster, `--scheduler tcp://HOST:PORT`: `run_on_dask`), and compared in one table: prompt tokens reused and how much of the infinite-cache bound that is
-(Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
+an existing Dask cluster, `--scheduler tcp://HOST:PORT`: `run_on_dask`; the same runs either way, in
+grid order), and compared in one table: prompt tokens reused and how much of the infinite-cache bound
+that is (Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
 names the best setting whose RAM cache stayed within N MiB (best = lowest `--objective`, default TTFT
 p50). `cache_timeline` follows one setting's RAM cache over simulated time. This module computes;
 the pictures of a grid (`--html`, `--png`) are slotlab.figures.whatif's.
