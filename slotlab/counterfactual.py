@@ -196,7 +196,12 @@ def _diagnose(trace: Trace, out: dict, eng, run, *, model, memory_factory, max_m
     elif counterfactuals == "paper":
         vocab = model if model is not None else (eng.model if eng.model is not None else
                                                  getattr(eng.memory, "vocab", None))
-        run, diag.counterfactual_memory = paper_replayer(trace, vocab=vocab, outputs=generated_outputs(out)), "paper"
+        unsized = _unsized(vocab)
+        if unsized:  # a model the paper memory cannot size (ModelProfile.unsized): the real one answers
+            run, diag.counterfactual_memory = (lambda t: replay(t, model=model)), f"real ({unsized})"
+        else:
+            run = paper_replayer(trace, vocab=vocab, outputs=generated_outputs(out))
+            diag.counterfactual_memory = "paper"
     elif counterfactuals == "real":
         run, diag.counterfactual_memory = (lambda t: replay(t, model=model)), "real"
     elif counterfactuals == "same":
@@ -238,6 +243,20 @@ def _diagnose(trace: Trace, out: dict, eng, run, *, model, memory_factory, max_m
         confirm(m, tried, cost)
     diag.counterfactual_seconds = time.perf_counter() - t0
     return diag
+
+
+def _unsized(vocab) -> str:
+    """Why the paper memory cannot size the model `vocab` was loaded from ("" when it can, or when the
+    header cannot be read here: the paper replay then says what is wrong itself)."""
+    path = getattr(vocab, "path", None)
+    if path is None:
+        return ""
+    try:
+        from slotlab.memory.profile import ModelProfile
+
+        return ModelProfile.from_gguf(path).unsized
+    except (OSError, ValueError):
+        return ""
 
 
 def _client_changes(trace: Trace, eng) -> list:

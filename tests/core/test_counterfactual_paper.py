@@ -91,3 +91,27 @@ def test_replay_why_runs_its_counterfactuals_on_paper(tmp_path, capsys):
     real = json.loads(capsys.readouterr().out)
     assert paper == real and paper["misses"]
     assert any(c["saved"] > 0 for m in paper["misses"] for c in m["tried"])  # a change that saved tokens compared
+
+
+def test_a_model_paper_cannot_size_gets_real_counterfactuals(model_of, tmp_path, monkeypatch):
+    """The paper memory refuses an architecture it cannot size (ModelProfile.unsized); the
+    counterfactuals of such a model run on the real one, and the diagnosis says so."""
+    from types import SimpleNamespace
+
+    import slotlab.counterfactual as cf
+    from tests.memory.test_paper_memory import _gguf
+
+    _gguf(tmp_path / "k.gguf", {"general.architecture": "kimi-linear", "kimi-linear.block_count": 4,
+                                "kimi-linear.context_length": 4096, "kimi-linear.embedding_length": 256,
+                                "kimi-linear.attention.head_count": 4})
+    why = cf._unsized(SimpleNamespace(path=tmp_path / "k.gguf"))
+    assert why.startswith("kimi-linear: slotlab cannot size this hybrid memory")
+    assert cf._unsized(model_of(split_model(load_trace(DIR / "recurrent_two_agents_np2.json").flags)[0])) == ""
+    trace = load_trace(DIR / "recurrent_two_agents_np2.json")
+    path, rest = split_model(trace.flags)
+    trace.flags = ["-m", str(path), *rest, "-t", "1"]
+    paper = diagnose_trace(trace, model=model_of(path))
+    monkeypatch.setattr(cf, "_unsized", lambda vocab: why)  # as if the tiny mamba2 were kimi-linear
+    real = diagnose_trace(trace, model=model_of(path))
+    assert real.counterfactual_memory == f"real ({why})" and paper.counterfactual_memory == "paper"
+    assert real.as_json() == paper.as_json() and real.n_replays == paper.n_replays > 0
