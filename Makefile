@@ -48,7 +48,7 @@ $(LLAMA_STAMP): | $(BIN)/python
 llama-cpp: $(LLAMA_STAMP)
 
 $(PROJECT_STAMP): pyproject.toml $(LLAMA_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dask]'
 	touch $@
 
 lab: install

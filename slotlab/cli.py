@@ -121,6 +121,9 @@ def cmd_replay(argv: list[str]) -> int:
     ap.add_argument("--memory", choices=("real", "paper"), default="real", help="paper: the paper memory (sizes "
                     "from the GGUF header, nothing decoded, placeholder tokens generated; the model is loaded for "
                     "its vocabulary only)")
+    ap.add_argument("--counterfactuals", choices=("paper", "real"), default="paper", help="with --why: where the "
+                    "flag changes are replayed (default paper: the paper memory, for every memory kind, each request "
+                    "generating what it generated in the replay; real: the real model, slower)")
     args = ap.parse_args(argv)
     from slotlab.engine.replay import load_trace, replay
 
@@ -144,7 +147,8 @@ def cmd_replay(argv: list[str]) -> int:
             from slotlab.llama import Model
 
             replayer = paper_replayer(trace, vocab=Model(ServerParams.from_args(resolve_flags(trace.flags)).model))
-        diag = diagnose_trace(trace, max_misses=args.max_misses, replayer=replayer,
+        cf = args.counterfactuals if replayer is None or args.counterfactuals == "real" else None  # None: as replayed
+        diag = diagnose_trace(trace, max_misses=args.max_misses, replayer=replayer, counterfactuals=cf,
                               progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         if args.json:
             print(json.dumps(diag.as_json(), indent=1, ensure_ascii=False))
@@ -431,14 +435,17 @@ def cmd_whatif(argv: list[str]) -> int:
     ap.add_argument("--html", help="write a plotly figure of the grid here")
     ap.add_argument("--png", help="write the grid as a static picture (PNG) here")
     ap.add_argument("--json", action="store_true", help="print the runs as JSON")
-    ap.add_argument("--profile", default=None, help="model profile: JSON, shipped name (llama-3.1-8b) or GGUF "
-                                                    "(default: the header of -m, or the embedded model)")
+    ap.add_argument("--profile", default=None, help="model profile: JSON or TOML file, shipped name (llama-3.1-8b) "
+                                                    "or GGUF (default: the header of -m, or the embedded model)")
     ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
     ap.add_argument("--prefill-tps", type=float, default=8000, help="prefill tokens/s (default 8000)")
     ap.add_argument("--gen-tps", type=float, default=60, help="generation tokens/s of one sequence (default 60)")
     ap.add_argument("--limit", type=int, help="only the first N requests")
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
     ap.add_argument("--jobs", type=int, help="parallel runs (default: min(cores, runs))")
+    ap.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run the grid on this existing Dask cluster "
+                    "instead of local processes (needs the optional extra: pip install 'slotlab[dask]'; the workers "
+                    "need slotlab too)")
     args, base = ap.parse_known_args(argv)
     from slotlab.sim.speed import SpeedModel
 
@@ -462,7 +469,7 @@ def cmd_whatif(argv: list[str]) -> int:
             print(f"\rwhatif: {i}/{total} runs", end="\n" if i == total else "", file=sys.stderr, flush=True)
 
     runs = run_grid(args.trace, base, varies, speed=speed, profile=args.profile, limit=args.limit,
-                    time_scale=args.time_scale, jobs=args.jobs, progress=progress)
+                    time_scale=args.time_scale, jobs=args.jobs, progress=progress, scheduler=args.scheduler)
     pick = best(runs, args.budget_mib, args.objective)
     if args.json:
         print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None}, indent=1))

@@ -3,9 +3,18 @@ change and measure what that request reuses then.
 
 `slotlab.explain` says which mechanism lost the tokens and names every flag change that acts on it
 (`Miss.candidates`); this module tries them all for real — the same decisions on the same requests, on
-a fresh engine over any memory (the real model by default, the paper memory for speed: `paper_replayer`)
-— and `confirm` keeps as advice only the changes that reused more, best first, with the figure. A
-change that saved nothing is never suggested (it is listed in `tried`, with `saved` <= 0)."""
+a fresh engine — and `confirm` keeps as advice only the changes that reused more, best first, with the
+figure. A change that saved nothing is never suggested (it is listed in `tried`, with `saved` <= 0).
+
+The trace itself is replayed on the memory asked for (the real model's context by default); the
+counterfactual replays run on the paper memory (`paper_replayer`) for every memory kind — full
+attention, SWA, hybrid, recurrent: slotlab/memory/paper/ sizes each of them byte-exact, and the
+decisions depend on nothing else — with each request generating the tokens it generated in that
+first replay (the replay sets `ignore_eos`, so a generation's length never depends on the cache).
+tests/core/test_counterfactual_paper.py proves on every tiny golden trace that the paper
+counterfactuals' figures equal the real context's, and measures how much faster they are;
+`counterfactuals="real"` (`slotlab replay --why --counterfactuals real`) still replays them on the
+real model."""
 
 from __future__ import annotations
 
@@ -38,6 +47,9 @@ class Diagnosis:
     tried: dict[int, list[Counterfactual]] = field(default_factory=dict)
     lost_by_cause: dict[str, int] = field(default_factory=dict)
     client_changes: list = field(default_factory=list)  # slotlab.conversation.ClientChange, when known
+    counterfactual_memory: str = ""  # "paper" or "real": where the counterfactuals were replayed
+    counterfactual_seconds: float = 0.0  # wall time of the counterfactual replays (not in as_json)
+    n_replays: int = 0  # counterfactual replays run
 
     def best(self, i: int) -> Counterfactual | None:
         good = [c for c in self.tried.get(i, []) if c.saved > 0]
@@ -132,24 +144,71 @@ def paper_replayer(trace: Trace, *, vocab, outputs=None) -> Callable[[Trace], di
     return run
 
 
+def generated_outputs(out: dict) -> list:
+    """Per request of a replay (`replay()`'s dict), the token ids it generated (None for slot actions
+    and errors): what `paper_replayer(outputs=)` scripts so a counterfactual on paper holds the same
+    tokens in its slots as the replay did."""
+    import numpy as np
+
+    return [None if t is None or t.error is not None or not t.result
+            else np.asarray(t.result["tokens"], dtype=np.int32) for t in out.get("tasks", [])]
+
+
 def diagnose_trace(trace: Trace, *, model=None, memory_factory: Callable | None = None, max_misses: int = 20,
                    max_tries: int = 6, progress: Callable[[str], None] | None = None,
-                   replayer: Callable[[Trace], dict] | None = None) -> Diagnosis:
+                   replayer: Callable[[Trace], dict] | None = None,
+                   counterfactuals: str | Callable[[Trace], dict] | None = None) -> Diagnosis:
     """Replay `trace`, find its misses, and try every flag change that acts on each one's mechanism
     (up to `max_tries`) for the first `max_misses` misses by replaying the trace up to that request with
     the change; `confirm` then keeps only those that reused more. A miss past `max_misses` gets no flag
     advice (nothing confirmed it). `replayer(trace) -> replay()'s dict` replaces the engine replay
-    (e.g. `paper_replayer`)."""
+    (e.g. `paper_replayer`).
+
+    `counterfactuals`: where the counterfactual replays run. "paper" (the default when the trace is
+    replayed on the real model: the paper memory, each request scripted with the tokens it generated in
+    that replay, the model's vocabulary tokenizing the prompts), "real" (a fresh engine on the real
+    model each time), or a replayer; by default a `replayer` or `memory_factory` given runs them too."""
     run = replayer or (lambda t: replay(t, model=model, memory_factory=memory_factory))
     out = run(trace)
     eng = out["engine"]
+    try:
+        diag = _diagnose(trace, out, eng, run, model=model, memory_factory=memory_factory, max_misses=max_misses,
+                         max_tries=max_tries, progress=progress,
+                         counterfactuals=counterfactuals if counterfactuals is not None else
+                         ("same" if replayer is not None or memory_factory is not None else "paper"))
+    finally:
+        eng.close()
+    return diag
+
+
+def _diagnose(trace: Trace, out: dict, eng, run, *, model, memory_factory, max_misses: int, max_tries: int,
+              progress, counterfactuals) -> Diagnosis:
+    import time
+
     x = Explainer().fold(eng.events.replayable())
     ids = request_tasks(out)
     by_task = {m.task: m for m in x.misses}
     misses = [(i, by_task[t]) for i, t in enumerate(ids) if t is not None and t in by_task]
     diag = Diagnosis(misses, lost_by_cause=dict(x.lost_by_cause))
     diag.client_changes = _client_changes(trace, eng)
-    eng.close()
+    if callable(counterfactuals):
+        run, diag.counterfactual_memory = counterfactuals, "given"
+    elif counterfactuals == "paper":
+        vocab = model if model is not None else (eng.model if eng.model is not None else
+                                                 getattr(eng.memory, "vocab", None))
+        unsized = _unsized(vocab)
+        if unsized:  # a model the paper memory cannot size (ModelProfile.unsized): the real one answers
+            run, diag.counterfactual_memory = (lambda t: replay(t, model=model)), f"real ({unsized})"
+        else:
+            run = paper_replayer(trace, vocab=vocab, outputs=generated_outputs(out))
+            diag.counterfactual_memory = "paper"
+    elif counterfactuals == "real":
+        run, diag.counterfactual_memory = (lambda t: replay(t, model=model)), "real"
+    elif counterfactuals == "same":
+        diag.counterfactual_memory = "same"
+    else:
+        raise ValueError(f"counterfactuals={counterfactuals!r}: 'paper', 'real' or a replayer")
+    t0 = time.perf_counter()
     cost = {}
     done: dict[tuple, Counterfactual] = {}
     for n, (i, m) in enumerate(misses):
@@ -170,6 +229,7 @@ def diagnose_trace(trace: Trace, *, model=None, memory_factory: Callable | None 
                 if progress:
                     progress(f"request {i}: trying {' '.join(fl)}")
                 sub = Trace([*trace.flags, *fl], trace.requests[:i + 1], trace.path, trace.files)
+                diag.n_replays += 1
                 try:
                     r = run(sub)
                     r["engine"].close()
@@ -181,7 +241,22 @@ def diagnose_trace(trace: Trace, *, model=None, memory_factory: Callable | None 
             tried.append(done[key])
         diag.tried[i] = tried
         confirm(m, tried, cost)
+    diag.counterfactual_seconds = time.perf_counter() - t0
     return diag
+
+
+def _unsized(vocab) -> str:
+    """Why the paper memory cannot size the model `vocab` was loaded from ("" when it can, or when the
+    header cannot be read here: the paper replay then says what is wrong itself)."""
+    path = getattr(vocab, "path", None)
+    if path is None:
+        return ""
+    try:
+        from slotlab.memory.profile import ModelProfile
+
+        return ModelProfile.from_gguf(path).unsized
+    except (OSError, ValueError):
+        return ""
 
 
 def _client_changes(trace: Trace, eng) -> list:

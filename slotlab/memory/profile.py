@@ -479,6 +479,38 @@ class ModelProfile:
         except (TypeError, ValueError) as e:
             raise ProfileError(f"{where}: {e}") from None
 
+    @classmethod
+    def from_toml(cls, src: str | os.PathLike) -> "ModelProfile":
+        """A profile from a TOML file: the same fields as the JSON (top-level keys; `n_head_kv` an integer
+        or an array, `swa_layers` a string of S / F), the same checks, the same messages naming the file
+        and the field. Python 3.11's tomllib reads it (on 3.10, the `tomli` package if installed)."""
+        try:
+            import tomllib
+        except ImportError:  # pragma: no cover - Python 3.10
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ImportError:
+                raise ProfileError(f"{src}: a TOML profile needs Python 3.11 or the tomli package; "
+                                   "or write it as JSON") from None
+        try:
+            text = Path(src).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ProfileError(f"cannot read the model profile {src}: {e.strerror or e}") from None
+        try:
+            return cls.from_dict(tomllib.loads(text))
+        except tomllib.TOMLDecodeError as e:
+            raise ProfileError(f"{src}: not TOML ({e})") from None
+        except (TypeError, ValueError) as e:
+            raise ProfileError(f"{src}: {e}") from None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "ModelProfile":
+        """A profile from a file, by its suffix: `.gguf` (the header), `.toml`, otherwise JSON."""
+        suffix = Path(path).suffix.lower()
+        if suffix == ".gguf":
+            return cls.from_gguf(path)
+        return cls.from_toml(path) if suffix == ".toml" else cls.from_json(path)
+
     # -- GGUF --------------------------------------------------------------------------------------
 
     @classmethod

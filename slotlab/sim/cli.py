@@ -11,7 +11,8 @@ PROFILES = Path(__file__).with_name("profiles")
 
 
 def resolve_profile(spec: str | None):
-    """A profile from a JSON file, a shipped name (`llama-3.1-8b`), a GGUF path, or None (the -m model's header)."""
+    """A profile from a JSON or TOML file, a shipped name (`llama-3.1-8b`), a GGUF path, or None (the -m
+    model's header)."""
     if spec is None:
         return None
     from slotlab.memory.profile import ModelProfile
@@ -21,16 +22,19 @@ def resolve_profile(spec: str | None):
         p = PROFILES / f"{spec}.json"
     if not p.exists():
         names = ", ".join(sorted(x.stem for x in PROFILES.glob("*.json")))
-        raise SystemExit(f"slotlab simulate: no profile {spec!r} (a JSON file, a GGUF, or one of: {names})")
-    return ModelProfile.from_gguf(p) if p.suffix == ".gguf" else ModelProfile.from_json(p)
+        raise SystemExit(f"slotlab simulate: no profile {spec!r} (a JSON or TOML file, a GGUF, or one of: {names})")
+    return ModelProfile.from_file(p)
 
 
 def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = (8192, 32768)) -> list[dict]:
-    """Per profile (the shipped ones, or `specs`: names, JSON files or GGUFs), what its memory costs
+    """Per profile (the shipped ones, or `specs`: names, JSON / TOML files or GGUFs), what its memory costs
     on llama-server's default cache types (f16 K/V, f32 recurrent rows): the memory kind, K+V bytes a
     token, the SWA window, the recurrent state of one sequence, and one checkpoint (a PARTIAL_ONLY
     state of one sequence of n tokens, -np 1 -c n) for each n of `n_tokens`, computed by the paper
-    memory (the code the byte-exact tests prove against the real context)."""
+    memory (the code the byte-exact tests prove against the real context). A profile whose memory
+    slotlab cannot size (`ModelProfile.unsized`, e.g. a GGUF of an architecture whose state it does not
+    model) gets its row all the same, with `unsized` saying which architecture and what it lacks, and
+    no state or checkpoint figures (None), so the other rows still print."""
     from slotlab.memory.paper import PaperMemory
     from slotlab.memory.base import Batch
 
@@ -41,8 +45,14 @@ def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = 
     for spec in names:
         prof = resolve_profile(spec)
         row = {"profile": spec, "architecture": prof.architecture, "memory": prof.memory,
-               "kv_bytes_per_token": prof.bytes_per_token(), "n_swa": prof.n_swa if prof.is_swa_model else 0,
-               "recurrent_bytes_per_seq": prof.rs_bytes_per_seq(), "checkpoint_bytes": {}}
+               "kv_bytes_per_token": None, "n_swa": prof.n_swa if prof.is_swa_model else 0,
+               "recurrent_bytes_per_seq": None, "checkpoint_bytes": {}}
+        if prof.unsized:  # which layers hold what is unknown too: no figure rather than a guessed one
+            row["unsized"] = prof.unsized
+            row["checkpoint_bytes"] = {n: None for n in n_tokens}
+            rows.append(row)
+            continue
+        row["kv_bytes_per_token"], row["recurrent_bytes_per_seq"] = prof.bytes_per_token(), prof.rs_bytes_per_seq()
         for n in n_tokens:
             mem = PaperMemory(prof, n_ctx=n, n_slots=1)
             b = Batch(mem.n_batch)
@@ -60,7 +70,7 @@ def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = 
 def profiles_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="slotlab profiles", description="The model profiles `slotlab simulate "
                                  "--profile` and `slotlab whatif --profile` accept, with what their memory costs.")
-    ap.add_argument("profile", nargs="*", help="profiles to list (names, JSON files or GGUFs; default: the shipped ones)")
+    ap.add_argument("profile", nargs="*", help="profiles to list (names, JSON / TOML files or GGUFs; default: the shipped ones)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
     rows = profile_rows(args.profile or None)
@@ -69,12 +79,17 @@ def profiles_main(argv: list[str]) -> int:
         return 0
     mib = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
     head = ("profile", "memory", "KV B/token", "SWA", "recurrent/seq", "ckpt @8k", "ckpt @32k")
-    table = [head] + [(r["profile"], r["memory"], f'{r["kv_bytes_per_token"]:,}', str(r["n_swa"] or "-"),
-                       mib(r["recurrent_bytes_per_seq"]) if r["recurrent_bytes_per_seq"] else "-",
-                       mib(r["checkpoint_bytes"][8192]), mib(r["checkpoint_bytes"][32768])) for r in rows]
+    table = [head] + [(r["profile"], r["memory"], "?" if r.get("unsized") else f'{r["kv_bytes_per_token"]:,}',
+                       str(r["n_swa"] or "-"),
+                       "?" if r.get("unsized") else mib(r["recurrent_bytes_per_seq"]) if r["recurrent_bytes_per_seq"]
+                       else "-", *("?" if r["checkpoint_bytes"][n] is None else mib(r["checkpoint_bytes"][n])
+                                   for n in (8192, 32768))) for r in rows]
     w = [max(len(t[i]) for t in table) for i in range(len(head))]
     for t in table:
         print("  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i]) for i, c in enumerate(t)).rstrip())
+    for r in rows:
+        if r.get("unsized"):
+            print(f"{r['profile']}: ? = not sized: {r['unsized']}")
     print("\nKV B/token: f16 K+V of one token in every attention layer; ckpt: one context checkpoint (a PARTIAL_ONLY "
           "state) of one sequence of 8192 / 32768 tokens (-np 1 -c N -ub 512): the whole KV cache for a full-attention "
           "model, the window cache for a SWA one, the recurrent state for a hybrid one.")
@@ -96,7 +111,7 @@ def simulate_main(argv: list[str]) -> int:
                                  epilog="Other arguments are llama-server flags (default: the trace's flags).")
     ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl (tokenized with -m's chat "
                                   "template), or a slotlab trace .json (optional per-request arrival/output)")
-    ap.add_argument("--profile", help="model profile: a JSON file, a shipped name (llama-3.1-8b) or a GGUF "
+    ap.add_argument("--profile", help="model profile: a JSON or TOML file, a shipped name (llama-3.1-8b) or a GGUF "
                                       "(default: the header of -m, or the embedded model)")
     ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
     ap.add_argument("--prefill-tps", type=float, help="prefill tokens/s of your server (with --gen-tps)")

@@ -351,7 +351,8 @@ def _summary(task) -> dict:
             "predicted_n": res["tokens_predicted"], "error": None}
 
 
-def progress_bar(stream=sys.stderr) -> Callable[[int, int, float], None]:
+def progress_bar(stream=None) -> Callable[[int, int, float], None]:
+    stream = stream if stream is not None else sys.stderr  # at call time: whoever replaced sys.stderr since import
     tty = stream.isatty()
     t0 = time.perf_counter()
 

@@ -1,9 +1,10 @@
 """`slotlab whatif TRACE --vary "--cache-ram 0,4096,16384" --vary "-np 1,4,8"`: a grid of simulations.
 
 Every combination of the `--vary` values is simulated on the trace (slotlab.sim.simulate, fast mode, the
-paper memory: no model), in parallel (a `multiprocessing.Pool` of min(cores, runs) workers, `--jobs`),
-and compared in one table: prompt tokens reused and how much of the infinite-cache bound that is
-(Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
+paper memory: no model), in parallel (a `multiprocessing.Pool` of min(cores, runs) workers, `--jobs`, or
+an existing Dask cluster, `--scheduler tcp://HOST:PORT`: `run_on_dask`; the same runs either way, in
+grid order), and compared in one table: prompt tokens reused and how much of the infinite-cache bound
+that is (Mooncake hash_ids), tokens prefilled, peak RAM-cache bytes, TTFT p50 / p99, errors. `--budget-mib N`
 names the best setting whose RAM cache stayed within N MiB (best = lowest `--objective`, default TTFT
 p50). `cache_timeline` follows one setting's RAM cache over simulated time. This module computes;
 the pictures of a grid (`--html`, `--png`) are slotlab.figures.whatif's.
@@ -109,8 +110,10 @@ def grid(base: list[str], varies: list[tuple[str, list[str]]]) -> list[tuple[dic
     return out
 
 
-def _run_one(job: dict) -> dict:
-    """One simulation (in a worker): the trace is loaded here, so only paths and numbers travel."""
+def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
+    """One simulation (in a worker): the trace is loaded here, so only paths and numbers travel; on a
+    Dask cluster (whose workers may not see this machine's files) the trace's bytes and the profile's
+    fields travel instead (`trace_bytes`, `job["profile_dict"]`)."""
     from slotlab.sim.cli import model_flag, resolve_profile
     from slotlab.sim.simulate import simulate
     from slotlab.sim.speed import SpeedModel
@@ -119,10 +122,19 @@ def _run_one(job: dict) -> dict:
     run = WhatIfRun(job["setting"], job["flags"])
     t0 = time.perf_counter()
     try:
-        trace = load_sim_trace(job["trace"], limit=job.get("limit"), time_scale=job["time_scale"],
-                               model=model_flag(job["flags"]))
+        if trace_bytes is not None:
+            trace = _load_from_bytes(trace_bytes, job)
+        else:
+            trace = load_sim_trace(job["trace"], limit=job.get("limit"), time_scale=job["time_scale"],
+                                   model=model_flag(job["flags"]))
         speed = SpeedModel(**job["speed"])
-        res = simulate(trace, job["flags"], speed=speed, profile=resolve_profile(job.get("profile")))
+        if job.get("profile_dict") is not None:
+            from slotlab.memory.profile import ModelProfile
+
+            profile = ModelProfile.from_json(job["profile_dict"])
+        else:
+            profile = resolve_profile(job.get("profile"))
+        res = simulate(trace, job["flags"], speed=speed, profile=profile)
         t = res.totals
         run.n_requests, run.n_errors = t["n_requests"], t["n_errors"]
         run.prompt_tokens, run.tokens_reused, run.tokens_prefilled = t["prompt_tokens"], t["tokens_reused"], t["tokens_prefilled"]
@@ -140,13 +152,96 @@ def _run_one(job: dict) -> dict:
     return asdict(run)
 
 
+def _load_from_bytes(data: bytes, job: dict):
+    """The trace of a Dask job, from the bytes the client sent (written to a file of the same name, as
+    the readers tell a trace's format partly by its suffix)."""
+    import tempfile
+
+    from slotlab.sim.cli import model_flag
+    from slotlab.sim.traces import load_sim_trace
+
+    with tempfile.TemporaryDirectory(prefix="slotlab-whatif-") as d:
+        path = os.path.join(d, os.path.basename(job["trace"]) or "trace.jsonl")
+        with open(path, "wb") as f:
+            f.write(data)
+        return load_sim_trace(path, limit=job.get("limit"), time_scale=job["time_scale"],
+                              model=model_flag(job["flags"]))
+
+
+def _check_profile(profile: str | None) -> None:
+    """A profile that cannot be read or sized fails the whole grid once, with its own message, instead
+    of every run with the same one."""
+    if profile is None:
+        return
+    from slotlab.errors import ModelError
+    from slotlab.sim.cli import resolve_profile
+
+    prof = resolve_profile(profile)
+    if prof.unsized:
+        raise ModelError(prof.unsized)
+
+
+def dask_client(address: str):
+    """A `dask.distributed.Client` connected to the scheduler at `address` (tcp://HOST:PORT); a clear
+    error when dask is not installed (it is the optional extra `slotlab[dask]`) or nothing answers."""
+    from slotlab.errors import ConfigError
+
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ConfigError(f"--scheduler {address}: dask.distributed is not installed "
+                          "(pip install 'slotlab[dask]', or 'dask[distributed]')") from None
+    try:
+        return Client(address, timeout="10s")
+    except (OSError, TimeoutError) as ex:
+        raise ConfigError(f"--scheduler {address}: cannot reach a Dask scheduler there ({ex})") from None
+
+
+def run_on_dask(job_list: list[dict], trace: str, client, progress=None) -> list[dict]:
+    """The grid's jobs on a Dask cluster: the trace's bytes scattered to every worker once, one task a
+    run (`submit`), results collected as they finish (`as_completed`: the progress bar moves with the
+    fastest run) and returned in grid order. The workers need slotlab installed (the same version); the
+    profile travels as its fields, so a profile file on this machine is enough."""
+    from dask.distributed import as_completed
+
+    with open(trace, "rb") as f:
+        data = client.scatter(f.read(), broadcast=True)
+    futures = [client.submit(_run_one, j, data, pure=False, key=f"slotlab-whatif-{i}-{os.getpid()}-{time.time_ns()}")
+               for i, j in enumerate(job_list)]
+    index = {f.key: i for i, f in enumerate(futures)}
+    out: list[dict | None] = [None] * len(futures)
+    done = 0
+    for fut in as_completed(futures):
+        out[index[fut.key]] = fut.result()
+        done += 1
+        if progress:
+            progress(done, len(futures))
+    return out  # type: ignore[return-value]
+
+
 def run_grid(trace: str, base: list[str], varies, *, speed, profile: str | None = None, limit: int | None = None,
-             time_scale: float = 1.0, jobs: int | None = None, progress=None) -> list[WhatIfRun]:
-    """Simulate every setting of the grid; results in grid order."""
+             time_scale: float = 1.0, jobs: int | None = None, progress=None, scheduler=None) -> list[WhatIfRun]:
+    """Simulate every setting of the grid; results in grid order. `scheduler`: a Dask scheduler's
+    address (tcp://HOST:PORT) or a `dask.distributed.Client` to run the grid on instead of local
+    processes (`jobs` is then the cluster's business)."""
+    _check_profile(profile)
     settings = grid(base, varies)
     job_list = [{"setting": s, "flags": f, "trace": str(trace), "limit": limit, "time_scale": time_scale,
                  "profile": profile, "speed": {k: v for k, v in asdict(speed).items()}} for s, f in settings]
     n = len(job_list)
+    if scheduler is not None:
+        if profile is not None:
+            from slotlab.sim.cli import resolve_profile
+
+            d = resolve_profile(profile).to_dict()
+            for j in job_list:
+                j["profile_dict"] = d
+        client = dask_client(scheduler) if isinstance(scheduler, str) else scheduler
+        try:
+            return [WhatIfRun(**d) for d in run_on_dask(job_list, str(trace), client, progress)]
+        finally:
+            if isinstance(scheduler, str):
+                client.close()
     workers = max(1, min(jobs or os.cpu_count() or 1, n))
     out: list[dict] = []
     if workers == 1:
