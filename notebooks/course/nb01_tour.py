@@ -155,6 +155,70 @@ assert (bob.pos_next, bob.pos_min, bob.pos_min_thold, bob.checkpoints, bob.chose
 assert (alice.pos_next, alice.pos_min_thold, alice.chosen, alice.n_past) == (27, 0, (0, 22, 23), 22)
 assert bob.n_held == 34 and alice.n_held == 34 and eng.memory.info.n_swa == 512
 checkpoints.figure(eng, [1, 3])"""),
+    md("""## The rule at the scale people run
+
+The prompts above are toys: 24 to 45 tokens, all inside the 512-token window, and plain text with no
+message delimiters. There every cut-back needs a checkpoint, and none sits where the users diverge:
+Bob reused 0 of the 15 tokens he shared with Alice. Real prompts are longer and come through the chat
+endpoint, which renders the messages with the model's chat template and sends the template's message
+delimiters with the request (`message_delimiters`, server-context.cpp 4285-4288 at the pin). Two users
+of a shop's assistant, each with the same 3,435-token system prompt, on a second engine with the same
+defaults, then on the simulator's paper memory with two 27B profiles (`slotlab profiles`):"""),
+    code("""from pathlib import Path
+import slotlab
+from slotlab.memory.profile import ModelProfile
+from slotlab.serve.chat import ChatTemplate
+from slotlab.sim.paper_replay import paper_engine
+
+model = eng.model
+tmpl = ChatTemplate(model)            # this GGUF has no template: the server's fallback, ChatML
+DELIMS = tmpl.delimiters()            # what the chat endpoint sends with each request
+POLICY = "You are the support assistant of a bicycle shop. " + " ".join(
+    f"Policy {i}: item {i} ships within {i % 5 + 1} days, and a return of item {i} needs receipt R{1000 + i}."
+    for i in range(110))
+n_system = len(model.tokenize(tmpl.apply([{"role": "system", "content": POLICY}], add_generation_prompt=False)))
+
+def two_users(e):
+    \"\"\"Ana, then Ben, the same system prompt, one question each; Ben's result and rewind decision.\"\"\"
+    for u in ("Ana", "Ben"):
+        msgs = [{"role": "system", "content": POLICY}, {"role": "user", "content": f"I am {u}. Where is my order 7?"}]
+        r = ask(e, tmpl.apply(msgs), 8, message_delimiters=DELIMS)
+    k = checkpoints.rewind(e, 1)
+    e.close()
+    return r, k
+
+PROFILES = Path(slotlab.__file__).parent / "sim" / "profiles"
+ben = {"gemma-3-270m (live)": two_users(Engine("-c 8192", model=model))}
+for name in ("gemma-3-27b", "qwen3.5-27b"):
+    ben[name] = two_users(paper_engine(["-c", "131072"], vocab=model, profile=ModelProfile.from_json(PROFILES / f"{name}.json"))[0])
+print(f"toy: Bob shares {bob.lcp} tokens with Alice, reuses {r_b1['timings']['cache_n']}")
+print(f"chat: system prompt {n_system:,} tokens")
+for name, (r, k) in ben.items():
+    print(f"  {name:20s} Ben: cache_n {r['timings']['cache_n']:,}, prompt_n {r['timings']['prompt_n']}; {k.sentence()}")
+(live, k_live), (g27, k_g27), (q27, k_q27) = ben.values()
+assert n_system == 3435 and (bob.lcp, r_b1["timings"]["cache_n"]) == (15, 0)
+assert live["timings"]["cache_n"] == g27["timings"]["cache_n"] == k_live.lcp == 3445 > n_system and live["timings"]["prompt_n"] == 23
+assert k_live.chosen is None and (k_live.pos_min, k_live.pos_min_thold, k_live.n_held) == (915, 2933, 3475)
+assert k_live.pos_min == k_live.n_held - (512 * 4 + 512)          # the window cache's 2,560 cells, all written
+assert k_g27.chosen is None and (k_g27.pos_min, k_g27.pos_min_thold) == (0, 2421) and g27["timings"]["prompt_n"] == 23
+assert k_q27.pos_min == 3474 >= k_q27.pos_min_thold == 3445    # one position: the recurrent state's
+assert q27["timings"]["cache_n"] == k_q27.n_past == n_system == 3435 and k_q27.chosen[2] == 3435 and q27["timings"]["prompt_n"] == 33"""),
+    md("""On the default model Ben reuses 3,445 tokens: the system prompt and his message's first tokens
+(`<|im_start|>user` and `I am `), with no checkpoint at all. The rule said a cut-back needs one if
+`pos_min >= pos_next - n_swa`; Ana's slot held 3,475 tokens, and the window cache (2,560 cells in this
+unified pool of 4 slots: `n_swa * 4 + n_ubatch`) keeps its masked cells until they are overwritten,
+so the oldest position it still holds is 915. The threshold, 3,445 − 512 = 2,933, is above it: the
+memory can simply be cut back. **A cut-back needs no checkpoint while it stays within the window
+cache's cells beyond the window of the slot's end**; only deeper ones (an edit early in a long
+prompt, a branch to an old turn) need a checkpoint.
+
+Gemma 3 27B (window 1,024, a 4,608-cell window cache in the same pool) decides the same. Qwen3.5 27B
+is hybrid: its recurrent layers cannot be cut back at all, so every reuse goes through a checkpoint.
+The chat endpoint's delimiters put one at the start of the user message (n_tokens 3,435, right after
+the system prompt), and Ben's request restores it: 3,435 tokens reused, 33 prefilled. Without
+delimiters (the toy) Qwen3.5 would find none there. Notebook 07 runs this chat on more users and
+flags, and gives what `--swa-full` costs on a 27B model; notebook 08 sizes the RAM cache for 27B
+checkpoints."""),
     md("""## What the server would report
 
 `/slots` (spec 8.1) and the `/metrics` counters: how many prompt tokens were reused from a slot or the

@@ -5,7 +5,7 @@ from course.cells import code, md
 NAME = "08-size-your-cache"
 
 CELLS = [
-    md("""# 08 · Size your cache: conversation traffic on an 8B model, simulated
+    md("""# 08 · Size your cache: conversation traffic on an 8B model, checkpoints on 27B models, simulated
 
 *How big should `--cache-ram` be, how many slots (`-np`), how many checkpoints (`--ctx-checkpoints`),
 for my traffic and my model?* Answering that on the real server takes hours of GPU time per setting.
@@ -18,7 +18,12 @@ turn by turn, from under a thousand to 121,298 tokens. The model: **Llama 3.1 8B
 hyperparameters (`slotlab/sim/profiles/llama-3.1-8b.json`; `--profile model.gguf` reads any GGUF's
 header instead). Every sweep goes through `slotlab.sim.whatif`, the same runs as
 `slotlab whatif TRACE --profile llama-3.1-8b --vary "--cache-ram 0,8192,..."` on the command line, and
-every picture is drawn by `slotlab.figures.whatif` from those runs' results."""),
+every picture is drawn by `slotlab.figures.whatif` from those runs' results.
+
+Llama 3.1 is full attention and never makes a context checkpoint. The last part of the chapter runs
+a chat on **Gemma 3 27B** (sliding window) and **Qwen3.5 27B** (hybrid: recurrent layers), where every
+RAM-cache entry carries its slot's checkpoints, and shows what happens when they no longer fit in
+`--cache-ram`."""),
     code("""from pathlib import Path
 from slotlab.memory.profile import ModelProfile
 
@@ -212,7 +217,7 @@ assert same(by_ck["0"]) and same(by_ck["4"]) and same(by_ck["256"])   # none of 
     md("""No difference at all, and that is the answer for this model: Llama 3.1 is full attention, so the
 server can cut a slot back to any position and never needs a context checkpoint (it makes them only
 for sliding-window, hybrid and recurrent models, where a cut-back needs one: notebooks 06 and 09).
-For Gemma 3 or Qwen3.5, sweep it."""),
+For Gemma 3 or Qwen3.5 it matters, and not only for reuse: the last part of this chapter."""),
     md("""## The setting to run
 
 Among the settings above that served every request and kept the RAM cache within 128 GiB of host
@@ -237,12 +242,199 @@ slots, and 128 GiB of RAM keeps the ones the slots had to give up. Even so it re
 prompt tokens, 25.0 % of the bound: this trace's first 500 requests come back minutes later with
 prompts that outgrow what 4 slots and 128 GiB hold. The whole day's trace (12,031 requests, in
 `../shared/data/mooncake/` beside a checkout) answers better for a production server.
+"""),
+    md("""## Checkpoints on a 27B model: one checkpoint against `--cache-ram`
 
-## Try this
+A RAM-cache entry is the slot's state **plus all its checkpoints**: `server_prompt_cache::alloc` adds
+their sizes to the state's and skips the entry when the sum exceeds the cache's limit
+(`prompt state size ... exceeds cache size limit ..., skipping`, server-task.cpp 1721-1734 at the
+pin). On a 27B model one checkpoint is no longer small. Sized by the paper memory from the profiles
+(`slotlab profiles`; `-c 131072`, the default 4 unified slots):"""),
+    code("""from slotlab.memory.paper.memory import paper_sizes
+from slotlab.memory.profile import row_size
+
+MiB, GiB = 2**20, 2**30
+big = {name: ModelProfile.from_json(ROOT / "slotlab" / "sim" / "profiles" / f"{name}.json")
+       for name in ("gemma-3-27b", "qwen3.5-27b")}
+ck_size, fits = {}, {}
+for name, p in big.items():
+    ck = ck_size[name] = paper_sizes(p, 8192, n_ctx=131072, n_slots=4, kv_unified=True)["partial"]
+    fits[name] = 8192 * MiB // ck
+    what = (f"the window cache: {p.n_swa:,} cells of {len(p.layers(swa=True))} sliding-window layers" if p.n_swa
+            else f"the recurrent state of {len(p.rs_layers())} of its {p.n_layer} layers")
+    print(f"{p.name}: one checkpoint {ck / MiB:.0f} MiB ({what}); the default --ctx-checkpoints 32 of them "
+          f"{32 * ck / GiB:.1f} GiB; --cache-ram 8192 holds {fits[name]}")
+g, q = big["gemma-3-27b"], big["qwen3.5-27b"]
+cell = sum(row_size("f16", g.n_embd_k_gqa(il)) + row_size("f16", g.n_embd_v_gqa(il)) for il in g.layers(swa=True))
+assert (g.n_swa, len(g.layers(swa=True)), len(q.rs_layers()), q.n_layer) == (1024, 52, 48, 64)
+assert g.n_swa * cell <= ck_size["gemma-3-27b"] < 1.001 * g.n_swa * cell     # the window's K and V, plus cell metadata
+assert q.rs_bytes_per_seq() <= ck_size["qwen3.5-27b"] < 1.001 * q.rs_bytes_per_seq()
+assert [round(ck_size[n] / MiB) for n in big] == [416, 150] and [round(32 * ck_size[n] / GiB, 1) for n in big] == [13.0, 4.7]
+assert fits == {"gemma-3-27b": 19, "qwen3.5-27b": 54}
+assert 32 * ck_size["gemma-3-27b"] > 8192 * MiB > 32 * ck_size["qwen3.5-27b"]    # 32 of Gemma's alone overflow the default"""),
+    md("""On Gemma 3 27B the default 32 checkpoints alone (13.0 GiB) are more than the default 8 GiB cache holds
+(19 of them); on Qwen3.5 27B they take 4.7 GiB. How many does a slot hold? A chat request with a new part
+longer than `4 + n_ubatch` tokens takes three checkpoints (spec 4.2; notebook 07 shows where): at the
+start of its last user message (the chat endpoint sends the template's message delimiters) and
+`4 + n_ubatch` and 4 tokens before the prompt's end. Nothing erases them while each turn extends the
+last (only a cut-back erases the checkpoints beyond it), so a conversation adds three a turn, up to
+`--ctx-checkpoints`.
+
+A chat on paper, through the chat template and its delimiters as the chat endpoint sends them: Ana
+reviews code, about 800 new tokens a turn after a 2,000-token system prompt; Ben, another user, sends
+a short message between her turns. Each of Ben's requests launches while Ana's slot is idle, so the
+idle-slot loop saves Ana's slot to the RAM cache and, on the default unified KV, clears it
+(server-context.cpp 2417-2431); her next turn loads her entry back. The paper memory has no weights:
+a reply is a placeholder, which the next turn echoes."""),
+    code("""from slotlab.lab import ask
+from slotlab.llama import Model
+from slotlab.serve.chat import ChatTemplate
+from slotlab.sim.paper_replay import paper_engine
+
+vocab = Model()                      # the default model's tokenizer and chat template (ChatML); nothing is decoded
+tmpl = ChatTemplate(vocab)
+DELIMS = tmpl.delimiters()           # what the chat endpoint adds to each request
+REVIEW = "You are a code reviewer. " + " ".join(
+    f"Rule {i}: function f{i} must check argument a{i} and log error E{i}." for i in range(60))
+change = lambda k: f"Review change {k}: " + " ".join(f"line {j}: x{j} = f{j}(a{j}) + {k}" for j in range(40))
+
+def chat(name, flags, turns=10):
+    \"\"\"Ana's and Ben's turns on the paper memory of profile `name`; Ana's (slot, cache_n, prompt_n) per turn.\"\"\"
+    eng, _ = paper_engine(["-c", "131072", *flags], vocab=vocab, profile=big[name])
+    hist = {"Ana": [{"role": "system", "content": REVIEW}], "Ben": [{"role": "system", "content": "You translate to German."}]}
+    ana = []
+    for k in range(turns):
+        for u in ("Ana", "Ben"):
+            hist[u].append({"role": "user", "content": change(k) if u == "Ana" else f"Translate sentence {k}."})
+            r = ask(eng, tmpl.apply(hist[u]), 8, message_delimiters=DELIMS)
+            hist[u].append({"role": "assistant", "content": r["content"]})
+            if u == "Ana":
+                ana.append((r["id_slot"], r["timings"]["cache_n"], r["timings"]["prompt_n"]))
+    eng.close()
+    return eng, ana
+
+def skipped(eng):
+    \"\"\"(n_tokens, entry MiB) of each save the cache skipped, and the clear that followed it.\"\"\"
+    out, log = [], eng.events.log
+    for i, e in enumerate(log):
+        if e.kind == "cache_skip_over_limit":
+            nxt = next((f for f in log[i + 1:] if f.kind in ("slot_clear", "prompt_start")), None)
+            out.append((e.data["n_tokens"], e.data["size"] / MiB, nxt is not None and nxt.kind == "slot_clear"))
+    return out
+
+runs = {"defaults": chat("gemma-3-27b", [])}
+eng, ana = runs["defaults"]
+ck_per_turn = [sum(e.kind == "checkpoint_created" for e in eng.events.log if e.task == t) for t in range(0, 20, 2)]
+held = [e.data["n_checkpoints"] for e in eng.events.log if e.kind == "cache_alloc" and e.data["n_tokens"] > 1000]
+print("Ana, turn by turn (slot, cache_n, prompt_n):", ana)
+print("checkpoints her requests took:", ck_per_turn, "| in her slot at each save:", held)
+for n, size, cleared in skipped(eng):
+    print(f"save of her {n:,} tokens skipped: {size:,.0f} MiB > 8,192 MiB; the slot cleared anyway: {cleared}")
+lost = next(i for i, (_, c, _) in enumerate(ana) if i and c == 0)
+print(f"turn {lost}: cache_n {ana[lost][1]}, prompt_n {ana[lost][2]:,}: her whole conversation re-processed")
+# not asserted: Ana's per-turn counts other than those the text cites
+assert ck_per_turn[:6] == [3] * 6 and held == [3, 6, 9, 12, 15, 4, 7, 10, 13]
+assert skipped(eng)[0][1] > ServerParams().cache_ram == 8192   # the default --cache-ram, MiB
+assert [(n, round(size), c) for n, size, c in skipped(eng)] == [(6111, 8382, True)]
+assert lost == 6 and ana[lost][1] == 0 and ana[lost][2] == 6907 and all(c > 2000 for _, c, _ in ana[1:lost] + ana[lost + 1:])
+assert 18 * ck_size["gemma-3-27b"] < skipped(eng)[0][1] * MiB and round(18 * ck_size["gemma-3-27b"] / MiB) == 7488"""),
+    md("""Three checkpoints a turn, 416 MiB each: after six turns Ana's slot holds 18 of them, 7,488 MiB, and with
+her 6,111 tokens of state the entry is 8,382 MiB, over the 8,192 MiB limit. The save is skipped, and
+the idle-slot loop clears the slot anyway (on a unified KV it clears every idle slot after trying to
+save it, whether the save succeeded or not). Her conversation is gone: turn 6 re-processes all 6,907
+tokens, on a 27B model seconds of GPU time. That prefill starts the checkpoint count over (4 held at
+the next save), and the count climbs again toward the limit.
+
+Separate slots (`-np 4` without `-kvu`) keep an idle slot's KV: the save is skipped just the same,
+but the slot still holds Ana's conversation. The settings that fix it on the unified default:
+**fewer checkpoints** (`--ctx-checkpoints 8`: 8 × 416 MiB = 3.3 GiB, the rest of the 8 GiB for the
+state) or **a cache the checkpoints fit in** (`--cache-ram 16384`). And Qwen3.5 27B with the defaults:"""),
+    code("""runs["-np 4 (not unified)"] = chat("gemma-3-27b", ["-np", "4"])
+runs["--ctx-checkpoints 8"] = chat("gemma-3-27b", ["--ctx-checkpoints", "8"])
+runs["--cache-ram 16384"] = chat("gemma-3-27b", ["--cache-ram", "16384"])
+runs["qwen3.5-27b, defaults"] = chat("qwen3.5-27b", [])
+largest = {}
+for label, (eng, ana) in runs.items():
+    sizes = [e.data["size"] for e in eng.events.log if e.kind == "cache_alloc"]
+    largest[label] = max(sizes) / MiB
+    print(f"{label:24s} Ana's cache_n per turn {[c for _, c, _ in ana]}; saves skipped {len(skipped(eng))}, "
+          f"slot cleared after one {sum(c for *_, c in skipped(eng))}; largest entry saved {largest[label]:,.0f} MiB; "
+          f"hit rate {eng.metrics.hit_rate:.1%}")
+# not asserted: the per-turn lists (the picture's data); the asserts hold what the text cites
+reuse = {label: [c for _, c, _ in ana] for label, (_, ana) in runs.items()}
+assert reuse["--ctx-checkpoints 8"] == reuse["--cache-ram 16384"]          # the same turns as the defaults' ...
+assert [a for i, (a, b) in enumerate(zip(reuse["defaults"], reuse["--ctx-checkpoints 8"])) if a != b] == [0]  # ... but turn 6
+assert all(c > 2000 for label in runs for c in reuse[label][1:] if label != "defaults")   # nobody else loses a turn
+np4 = skipped(runs["-np 4 (not unified)"][0])
+assert len(np4) == 5 and not any(c for *_, c in np4) and {s for s, _, _ in runs["-np 4 (not unified)"][1][1:]} == {2}
+assert reuse["-np 4 (not unified)"][6] == skipped(runs["defaults"][0])[0][0] == 6111   # what the default lost, kept
+assert not any(skipped(runs[k][0]) for k in ("--ctx-checkpoints 8", "--cache-ram 16384", "qwen3.5-27b, defaults"))
+assert {k: round(v) for k, v in largest.items()} == {"defaults": 7071, "-np 4 (not unified)": 7071, "--ctx-checkpoints 8": 4057,
+                                                    "--cache-ram 16384": 13625, "qwen3.5-27b, defaults": 5221}
+assert largest["--cache-ram 16384"] > 8192 > largest["--ctx-checkpoints 8"]
+assert [f"{runs[k][0].metrics.hit_rate:.1%}" for k in runs] == ["73.2%", "83.6%", "83.4%", "83.4%", "83.8%"]
+
+def ana_entries(eng):
+    \"\"\"(turn, MiB) of each save of Ana's slot after her turn, kept or skipped (her conversation: over 1,000 tokens).\"\"\"
+    out = []
+    for e in eng.events.log:
+        if e.kind in ("cache_alloc", "cache_skip_over_limit") and e.data["n_tokens"] > 1000:
+            out.append((len(out), e.data["size"] / MiB, e.kind == "cache_skip_over_limit"))
+    return out
+
+fig, ax = png.new(8, 3)
+for label, colour, style in (("--cache-ram 16384", "#72b7b2", "o-"), ("--ctx-checkpoints 8", "#4c78a8", "o-"),
+                             ("qwen3.5-27b, defaults", "#f58518", "o-"), ("defaults", "#e45756", "o--")):
+    pts = ana_entries(runs[label][0])   # the defaults drawn last: until turn 5 they are the 16384 line
+    ax.plot([t for t, _, _ in pts], [m for _, m, _ in pts], style, color=colour, ms=4,
+            label=label if label.startswith("qwen") else "gemma-3-27b, " + label)
+    ax.plot([t for t, _, x in pts if x], [m for _, m, x in pts if x], "x", color="black", ms=10, mew=2)
+ax.axhline(8192, color="grey", ls="--", lw=1); ax.text(-0.4, 8400, "--cache-ram 8192 (default)", color="grey", fontsize=8)
+ax.axhline(16384, color="grey", ls=":", lw=1); ax.text(-0.4, 16600, "--cache-ram 16384", color="grey", fontsize=8)
+ax.set_ylim(0, 18500); ax.set_xlabel("Ana's turn (her slot saved by the idle-slot loop after it)"); ax.set_ylabel("entry: state + checkpoints (MiB)")
+ax.set_title("RAM-cache entry of one conversation on 27B models (x: over the limit, skipped, slot cleared)", loc="left")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+skips = [(t, round(m)) for t, m, x in ana_entries(runs["defaults"][0]) if x]
+assert skips == [(5, 8382)] and len(ana_entries(runs["defaults"][0])) == 10
+png.image(fig)"""),
+    md("""Every setting keeps Ana's conversation. Separate slots skip the save five times (every save from the one after
+turn 5 on; the largest entry that still fit, 7,071 MiB, is the defaults' too) but never clear her
+slot: she stays in it, and at turn 6 reuses the 6,111 tokens the unified default lost.
+`--ctx-checkpoints 8` keeps her entries at 4,057 MiB or less; `--cache-ram 16384` takes entries of up
+to 13,625 MiB (host memory the checkpoints cost). Qwen3.5 27B's checkpoints are about a third of
+Gemma's, and its largest entry is 5,221 MiB: the defaults fit here, but its KV (64 KiB a token) and 32
+checkpoints leave the state little room. The rule, for any
+model: **state + `--ctx-checkpoints` × one checkpoint ≤ `--cache-ram`**, for the longest conversation
+the cache must keep. How long a conversation keeps its entry once its slot holds a full list of checkpoints:"""),
+    code("""def longest(name, n_ckpt, cache_mib=8192):
+    \"\"\"The longest conversation whose entry (state + n_ckpt checkpoints) fits --cache-ram cache_mib.\"\"\"
+    size = lambda n: paper_sizes(big[name], n, n_ctx=131072, n_slots=4, kv_unified=True)["state"] + n_ckpt * ck_size[name]
+    lo, hi = 1024, 131072          # bisect: the entry grows with the conversation
+    if size(lo) > cache_mib * MiB:
+        return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if size(mid) <= cache_mib * MiB else (lo, mid)
+    return lo
+
+limits = {(name, n): longest(name, n) for name in big for n in (32, 8)}
+for (name, n), t in limits.items():
+    print(f"{big[name].name}, {n:>2} checkpoints held, --cache-ram 8192: " +
+          (f"conversations up to {t:,} tokens keep their entry" if t else "no conversation keeps its entry"))
+assert ServerParams().cache_ram == 8192 and ServerParams().ctx_checkpoints == 32     # the defaults
+assert limits == {("gemma-3-27b", 32): 0, ("gemma-3-27b", 8): 56924, ("qwen3.5-27b", 32): 52050, ("qwen3.5-27b", 8): 109485}"""),
+    md("""With Gemma 3 27B's defaults no conversation with a full list keeps its entry (the 32 checkpoints alone
+overflow 8 GiB); with `--ctx-checkpoints 8` conversations up to 56,924 tokens do. Qwen3.5 27B keeps
+entries up to 52,050 tokens with the defaults, 109,485 with 8 checkpoints. What fewer checkpoints
+cost: a branch back to an older turn than the last few finds no checkpoint there and is re-processed
+(notebook 06), where a skipped entry loses the whole conversation. Size `--ctx-checkpoints` (or
+`--cache-ram`) with this rule before the RAM cache drops your users' longest conversations."""),
+    md("""## Try this
 1. Your traffic: `slotlab whatif my-sessions.jsonl --vary "--cache-ram 0,8192,65536" --png grid.png`
    reads an OpenAI-messages session log (one line a call: `session_id`, `messages`, `output_length`,
    `gap`) and draws this notebook's last picture (`--html` the same as an interactive plotly page).
 2. Eight slots without the errors: `--vary "-c 262144,524288"` with `-np 8` (and check the GPU has
    the 64 GiB of KV that 524,288 tokens take).
-3. A model with a sliding window (`--profile gemma-3.gguf`): now `--ctx-checkpoints` matters."""),
+3. A model with a sliding window or recurrent layers (`--profile gemma-3-27b`, `--profile qwen3.5-27b`):
+   sweep `--ctx-checkpoints 4,8,32` on the Mooncake trace and compare the RAM cache's skipped saves."""),
 ]
