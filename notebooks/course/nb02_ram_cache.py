@@ -14,7 +14,14 @@ so each rule can be shown on its own with synthetic prompts, then on the live mo
 
 The synthetic prompts below are token ranges, and each is given a state size of **16 KiB per token**
 (a round figure of the same order as a small model's KV), so the server's log lines print sizes you
-can follow in MiB under a 4 MiB budget (`--cache-ram 4`)."""),
+can follow in MiB under a 4 MiB budget (`--cache-ram 4`).
+
+**Defaults in this chapter.** The server's: `--cache-ram 8192` (MiB; `0` turns the cache off, `-1`
+lifts the byte limit but keeps the cap of `n_ctx` tokens), `-sps 0.10`, `--cache-idle-slots` on, `-np`
+auto (`4` slots, unified KV). Here: a `--cache-ram 4` budget so the sizes stay legible, and on the live
+model `-np 1 -c 2048 --swa-full -sps 0`: one slot, a full-size attention cache (no checkpoints yet:
+notebook 06 brings them), and no similarity selection, so every request takes the slot by LRU, which
+always saves and loads through the cache (spec 1.3-1.4)."""),
     code("""import numpy as np
 from slotlab.engine.prompt_cache import PromptCache
 from slotlab.figures import cache_fifo, cache_scores
@@ -192,5 +199,7 @@ panel_image(eng)"""),
 2. Give entry 5 a shorter tail, `entry(90, 95, 50_000)` (`f_keep` 0.947): it now wins in both scan
    orders. Why?
 3. Inject the allocation failure on the live engine (`Engine(..., allocate=...)`) and read the
-   `cache size limit reduced` line in the event log."""),
+   `cache size limit reduced` line in the event log.
+
+Next in the reading order: [05 · Idle slots](05-idle-slots.ipynb), where idle slots meet this cache."""),
 ]

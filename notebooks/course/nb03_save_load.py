@@ -22,7 +22,13 @@ The file is `llama_state_seq_save_file`'s body: a header, the slot's tokens (pac
 (and an `SDFT` draft appendix) after the body; a stock llama-server of the same build restores the
 body and ignores them. By default slotlab writes and reads files exactly as the server does. The SCKP
 format follows llama.cpp's open pull request #26004 ("server : preserve context checkpoints across
-slot save/restore"); it is not in upstream llama-server."""),
+slot save/restore"); it is not in upstream llama-server.
+
+**Defaults in this chapter.** The server's: no `--slot-save-path` (every slot action answers 501),
+Gemma 3 without `--swa-full` (its window cache cannot be cut back without a checkpoint),
+`--ctx-checkpoints 32`, `--checkpoint-min-step 8192`. Here: `--slot-save-path` on a temporary
+directory, `-np 2 -c 4096`, and slotlab's opt-in `--slot-appendices` on the first engine. Read this
+chapter after 06: its lesson is what a file without checkpoints costs."""),
     code("""import tempfile, struct
 from pathlib import Path
 from slotlab import explain
@@ -200,5 +206,7 @@ other.close()"""),
     md("""## Try this
 1. Start the stock engine with `--swa-full`: the memory can be cut back, and the stock file is enough.
 2. Save a slot, generate more in it, then restore: what happens to the tokens generated after the save?
-3. Truncate the file inside the appendix instead of the body: the restore succeeds, without checkpoints."""),
+3. Truncate the file inside the appendix instead of the body: the restore succeeds, without checkpoints.
+
+Next in the reading order: [07 · Tune your server](07-tune-your-server.ipynb)."""),
 ]

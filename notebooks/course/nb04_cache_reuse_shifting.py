@@ -11,7 +11,12 @@ After the common prefix, llama-server looks for chunks of the slot's old tokens 
 the new prompt (at least `--cache-reuse N` tokens long; the default, 0, turns this off). It deletes what lies in between and **shifts**
 each chunk down with `llama_memory_seq_add` (spec 3.4). The llama.cpp docs illustrate it with letters:
 cache `AAABCCCC`, new prompt `AAACCCC` → keep `AAA`, drop `B`, shift `CCCC` left. Below, `A`, `B` and
-`C` are three blocks of numbered sentences."""),
+`C` are three blocks of numbered sentences.
+
+**Defaults in this chapter.** The server's: `--cache-reuse 0` (off; a request may set `n_cache_reuse`),
+no `--swa-full`. Here: `-np 1 -c 4096 --swa-full --cache-reuse 16` first (a full-size cache, which can
+be cut back and shifted anywhere), then the same without `--swa-full`, where the sliding window stops
+both."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary
 block = lambda word, n: " ".join(f"{word} {i}." for i in range(n))
@@ -100,5 +105,7 @@ assert r3["timings"]["cache_n"] == 91 and r3["timings"]["prompt_n"] == 230 and s
     md("""## Try this
 1. Insert a chunk instead of deleting one (`A C` then `A B C`): nothing can be shifted up.
 2. Raise `--cache-reuse` above the chunk length: the chunk is no longer reused.
-3. Set `n_cache_reuse=0` on one request to turn it off per request."""),
+3. Set `n_cache_reuse=0` on one request to turn it off per request.
+
+Next in the reading order: [06 · Context checkpoints](06-checkpoints.ipynb), the sliding window's rule in full."""),
 ]

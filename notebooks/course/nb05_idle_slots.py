@@ -19,6 +19,11 @@ to the slot next depends on the KV layout:
 Both need a RAM cache: `--cache-ram 0` turns idle-slot caching off too (`--cache-idle-slots requires
 --cache-ram, disabling`).
 
+**Defaults in this chapter.** The server's: `--cache-idle-slots` on, `--cache-ram 8192`, `-np` auto
+(`4` slots with unified KV; an explicit `-np N` leaves `--kv-unified` off). Here: `-np 2` with and
+without `-kvu`, a tight `-c 1024` pool at the end, and `--swa-full` on every engine, so the sliding
+window plays no part and no checkpoint is needed (06 takes them on). Read it right after 02.
+
 ## A conversation migrates: slot 1 → RAM entry → slot 0
 Three conversations, two slots, then the first conversation's next turn:"""),
     code("""from slotlab.engine.scheduler import Engine
@@ -116,5 +121,7 @@ panel_image(tight)"""),
 2. Send two long prompts at once (`submit` both, then `run_until_idle`) in the tight pool: nothing idle
    can be purged, so the batch is halved — find the `retrying with smaller batch size` lines and their
    `n_batch`.
-3. Add `--kv-unified-per-slot 512`: how does it change `n_ctx_slot`?"""),
+3. Add `--kv-unified-per-slot 512`: how does it change `n_ctx_slot`?
+
+Next in the reading order: [04 · `--cache-reuse`](04-cache-reuse-shifting.ipynb)."""),
 ]

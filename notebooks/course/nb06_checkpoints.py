@@ -19,7 +19,9 @@ Not every cut-back needs one. The window cache holds `n_swa + n_ubatch` cells pe
 default: 1024 cells here), and masked cells stay until they are overwritten. A cut-back to `pos_next`
 needs no checkpoint while `pos_min`, the oldest position still held, is below `pos_next - n_swa`: on a
 long prompt, a cut-back within about `n_ubatch` tokens of the slot's end (case *near the end* below).
-The defaults: `--ctx-checkpoints 32` per slot, `--checkpoint-min-step 8192`, `-ub 512`, no `--swa-full`."""),
+**Defaults in this chapter.** The server's: `--ctx-checkpoints 32` per slot,
+`--checkpoint-min-step 8192`, `-ub 512`, no `--swa-full`; the first engine runs them (`-np 1 -c 4096`).
+The chat section uses `-cms 128` with a `--cache-ram 32` budget, the last one `--ctx-checkpoints 2`."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.figures import checkpoints
 from slotlab.lab import ask, summary
@@ -242,5 +244,7 @@ they cost RAM in every cache entry that carries them.
    size SWA cache — compare `eng.ctx.state_seq_size(0)`.
 2. Lower `--checkpoint-min-step` to 0 and count the checkpoints of a long multi-turn chat.
 3. With `e3`, send the chat prompt plus a new user turn: the cached entry comes back with its two
-   checkpoints. Which one is restored?"""),
+   checkpoints. Which one is restored?
+
+Next in the reading order: [03 · Slot save / restore](03-save-load.ipynb), where checkpoints do not travel."""),
 ]

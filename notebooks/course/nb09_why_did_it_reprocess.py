@@ -18,7 +18,12 @@ on them: tests/golden/traces_tiny/). For each request that reused fewer tokens t
 `slotlab.counterfactual.diagnose_trace` says where the prompt changed, which mechanism lost the rest,
 and tries every flag change that acts on that mechanism by replaying the trace up to that request; it
 suggests only those that reused more, best first, with the figure — never a flag that saved nothing. The tiny model's test
-vocabulary renders text as odd pieces: the positions and counts are what matter here."""),
+vocabulary renders text as odd pieces: the positions and counts are what matter here.
+
+**Defaults in this chapter.** Each trace's own flags: `-np 1 -c 512` (the agent loop), `-c 1024` (the
+changing header: auto `-np`, `4` unified slots), `-np 1 -c 256 --ctx-checkpoints 2 -cms 24 -b 64
+-ub 32` (checkpoint spacing); the rest are the server's (`--ctx-checkpoints 32`, `-cms 8192`, `-ub 512`,
+`--cache-ram 8192`, `-sps 0.10`)."""),
     code("""from pathlib import Path
 from slotlab.engine.replay import load_trace
 from slotlab.engine.scheduler import Engine
@@ -150,5 +155,7 @@ before any checkpoint; `checkpoint_early` is the price of a recurrent state on e
 ## Try this
 1. Replay `hybrid_branch_back` and `hybrid_slot_files` from `TINY` with `diagnose_trace`.
 2. Add `--slot-appendices` to the slot-file trace: slotlab's checkpoint appendix saves what the stock
-   file loses."""),
+   file loses.
+
+Next: [10 · Debug your own server](10-debug-your-own-server.ipynb)."""),
 ]

@@ -17,7 +17,13 @@ tests/golden/record_traces.py); yours come from
     slotlab watch --log server.log --why
 
 A *miss* is a request that reused fewer tokens than the server held for it (in a slot or in a RAM
-cache entry). A log names no tokens, so what it can explain is what its numbers say."""),
+cache entry). A log names no tokens, so what it can explain is what its numbers say.
+
+**Defaults in this chapter.** The server logs at `-lv 3` (INFO) by default: the slot choice
+(`selected slot by ...`) shows there, but the RAM-cache and checkpoint lines this chapter reads
+(`- looking for better prompt`, `created context checkpoint`, `restored context checkpoint`) are TRC
+and need `-lv 4`. Each recorded scenario runs its own flags (tests/golden/traces/NAME.json), on the
+server's defaults otherwise."""),
     md("""## The lines that matter
 
 | the server prints (`-lv 4`) | what it means | cause | the flag that changes it |
@@ -167,5 +173,7 @@ assert total.most_common(1)[0][0] == "no_checkpoint\""""),
 1. Read `defaults_single_slot_checkpoints`: which flag does the explanation offer untested, and what
    does `slotlab replay tests/golden/traces/defaults_single_slot_checkpoints.json --why --memory paper`
    find when it tries them?
-2. Strip the TRC / DBG lines from a log (what `-lv 3` prints) and read it again: which causes remain?"""),
+2. Strip the TRC / DBG lines from a log (what `-lv 3` prints) and read it again: which causes remain?
+
+Next: [11 · Recipes](11-recipes.ipynb): the flags and client rules for three kinds of model."""),
 ]

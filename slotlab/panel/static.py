@@ -71,7 +71,7 @@ def header(st: PanelState, width: int = 130) -> str:
     flags = " ".join(short_flags(st.flags)) or "(server defaults)"
     text = (f"slotlab (models llama.cpp b{LLAMA_CPP_BUILD}) · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · event #{st.last_seq} · "
             f"{st.n_requests} requests done · {flags}")
-    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    "))
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False))
 
 
 def cache_lines(st: PanelState) -> list[str]:
@@ -136,7 +136,9 @@ def panel_figure(source, *, width: float = 10.0):
     fig, axes = png.new(width, 2 * h_slots + h_ev + h_text + 1.6, nrows=4, sharex=False, layout="constrained",
                         gridspec_kw={"height_ratios": [h_slots, h_slots, h_ev, h_text]})
     ax1, ax2, ax3, axt = axes
-    fig.suptitle(header(st), fontsize=9, x=0.01, ha="left")
+    # the header wraps at the plot area's width (about 10 characters an inch at 9 pt), not the figure's:
+    # the legend sits to the right of the plots, and a longer line ran into it
+    fig.suptitle(header(st, int(width * 10)), fontsize=9, x=0.01, ha="left")
 
     # 1. token timelines by provenance + divergence ticks
     for kind in PROVENANCE:
@@ -181,9 +183,9 @@ def panel_figure(source, *, width: float = 10.0):
                 ax3.annotate(f"x{n}", (x, rp[r]), xytext=(4, 3), textcoords="offset points", fontsize=7, color="#444")
         ax3.set_yticks(range(len(present)), present)
         ax3.set_ylim(-0.6, len(present) - 0.4)
-        lo, hi = min(ev.x), max(ev.x)
-        pad = max(0.05 * (hi - lo), 0.01)
-        ax3.set_xlim(lo - pad, hi + pad)
+        # from the server's start: one eviction, or a burst, no longer gets an axis a few milliseconds wide
+        hi = max(ev.x)
+        ax3.set_xlim(0, max(hi * 1.05, hi + 0.01))
         ax3.grid(axis="x", color="#ddd", zorder=0)
         ax3.set_xlabel(EVICTION_XLABEL, labelpad=1)
     else:
