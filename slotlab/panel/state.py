@@ -91,7 +91,7 @@ class PanelState:
         self.last_seq = e.seq
         if k not in _FOLDED:
             return
-        p = T.payload(e)  # raises EventSchemaError on a malformed event: the panel reports it
+        p = e.payload
         if k in _EXPLAINED:
             x = self._explainer.apply(e)
             if x is not None:  # a prompt plan: the request's why line, and its miss cause if it lost tokens
@@ -133,7 +133,7 @@ class PanelState:
             self.gauge = {x: getattr(p, x) for x in ("size", "n_tokens", "limit_size", "limit_tokens",
                                                      "limit_tokens_cur", "n_entries")}
         elif k == T.CACHE_LOAD_SCORES:
-            self.scores = {"task": e.task, "slot": e.slot, **e.data}
+            self.scores = {"task": e.task, "slot": e.slot, **p.as_dict()}
         elif k in T.CHECKPOINT_MARKS:
             self.ckpt_marks.append((e.seq, e.slot, k.removeprefix("checkpoint_"), getattr(p, "reason", None),
                                     getattr(p, "n_tokens", None), getattr(p, "pos_min", None),

@@ -25,7 +25,7 @@ def feed(lines):
 
 
 def typed(events):
-    return [(e.kind, e.level, e.slot, e.task, e.message, {k: v for k, v in e.data.items() if k != "_lcp"})
+    return [(e.kind, e.level, e.slot, e.task, e.message, {k: v for k, v in e.payload.as_dict().items() if k != "_lcp"})
             for e in events if e.kind != LOG]
 
 
