@@ -217,8 +217,12 @@ class LogReader:
 
     def _event(self, sp: Spec) -> Event:
         """The spec, complete now, as an event: its fields make the kind's payload (the schema check)."""
-        payload = T.REGISTRY[sp.kind](**sp.data)
-        ev = Event(self._seq, sp.t, sp.kind, sp.level, sp.message, sp.slot, sp.task, payload)
+        try:
+            payload = T.REGISTRY[sp.kind](**sp.data)
+        except TypeError as exc:  # a reader bug must not stop the watch: the line stays, as plain text
+            self.problems.append(f"{sp.kind}: {exc}")
+            payload = T.Log()
+        ev = Event(self._seq, sp.t, payload.KIND, sp.level, sp.message, sp.slot, sp.task, payload)
         self._seq += 1
         if self.bus is not None:
             self.bus.emit(payload, sp.message, level=sp.level, slot=sp.slot, task=sp.task)
