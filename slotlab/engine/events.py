@@ -42,6 +42,12 @@ class Event:
     task: int = -1
     payload: _types.Payload = None  # an instance of event_types.REGISTRY[kind]
 
+    @property
+    def data(self) -> dict:
+        """The payload's reported fields as a dict (`payload.as_dict()`): for tables, notebooks and
+        older code. Views read the payload's attributes."""
+        return self.payload.as_dict()
+
     def log_line(self) -> str:
         """The line as llama-server prints it: `slot <func>: id  N | task T | msg` or `srv  <func>: msg`."""
         func = str(self.payload.func or self.kind)[:12]
