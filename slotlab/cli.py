@@ -292,7 +292,7 @@ def _serve_log(params, eng):
         unified = bool(getattr(eng.params, "kv_unified", False))
         for ev in eng.events.log:
             if ev.kind == "init":
-                unified = bool(ev.data.get("kv_unified", unified))
+                unified = bool(ev.payload.kv_unified)
         w.srv_line("TRC", "init", "idle slots will be saved to prompt cache"
                    + (" and cleared upon starting a new task" if unified else " upon starting a new task"))
         w.srv_line("DBG", "init", "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")

@@ -16,6 +16,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from slotlab.engine import event_types as T
+from slotlab.engine.event_types import UNSET
+
 #: Provenance kinds of a slot's tokens, in the panel's legend order.
 PROVENANCE = ("kept", "cache", "file", "checkpoint", "shifted", "prefill", "generated")
 
@@ -40,29 +43,36 @@ def provenance(lcp: int, n_past: int, n_prompt: int, ckpt: str | None, origin: s
     return prov
 
 
-def why_line(slot: int, decision: dict, plan: dict, sps: float) -> str:
+def _num(v, default=0):
+    """A payload's number, or `default` where the source did not report it (UNSET) or it is None."""
+    return default if v is None or v is UNSET else v
+
+
+def why_line(slot: int, decision: T.SlotDecision | None, plan: T.PromptPlan, sps: float) -> str:
     """One sentence: how the slot was chosen, what the RAM cache did, shifts, checkpoints, totals."""
-    d = decision or {}
-    how = {"id": f"by id_slot {d.get('id_requested', '?')}", "lru": "by LRU",
-           "lcp": f"by LCP similarity (f_sim {d.get('f_sim', 0):.2f} > {sps:.2f})"}
-    parts = [f"slot {slot} chosen {how.get(d.get('how'), '?')}"]
-    origin = plan.get("origin", "slot")
-    if d.get("load") is True:
-        parts.append(f"RAM entry {origin.removeprefix('cache ')} restored (f_keep {d.get('f_keep_best', 0):.2f}, "
-                     f"f_sim {d.get('f_sim_best', 0):.2f} beat baseline {d.get('f_keep_base', 0):.2f})")
-    elif d.get("load") is False:
-        parts.append("RAM entry restore failed: slot cleared")
-    elif d.get("update_cache"):
-        parts.append("RAM cache searched: nothing better than the slot")
-    elif d.get("how") == "lcp":
-        parts.append(f"slot kept (f_keep {d.get('f_keep', 0):.2f} >= 0.50)")
-    shifts = plan.get("shifts") or []
+    d = decision
+    if d is None:
+        parts = [f"slot {slot} chosen ?"]
+    else:
+        how = {"id": f"by id_slot {d.id_requested}", "lru": "by LRU",
+               "lcp": f"by LCP similarity (f_sim {d.f_sim:.2f} > {sps:.2f})"}
+        parts = [f"slot {slot} chosen {how.get(d.how, '?')}"]
+        if d.load is True:
+            parts.append(f"RAM entry {plan.origin.removeprefix('cache ')} restored (f_keep {_num(d.f_keep_best):.2f}, "
+                         f"f_sim {_num(d.f_sim_best):.2f} beat baseline {_num(d.f_keep_base):.2f})")
+        elif d.load is False:
+            parts.append("RAM entry restore failed: slot cleared")
+        elif d.update_cache:
+            parts.append("RAM cache searched: nothing better than the slot")
+        elif d.how == "lcp":
+            parts.append(f"slot kept (f_keep {_num(d.f_keep):.2f} >= 0.50)")
+    shifts = plan.shifts or []
     if shifts:
         parts.append(f"cache reuse shifted {len(shifts)} chunk(s), {sum(b - a for a, b, _, _ in shifts)} tokens")
-    n_past, n_prompt = plan["n_past"], plan["n_prompt"]
-    if plan.get("ckpt") == "restored":
+    n_past, n_prompt = plan.n_past, plan.n_prompt
+    if plan.ckpt == "restored":
         parts.append(f"checkpoint restored (n_past {n_past})")
-    elif plan.get("ckpt") == "forced":
+    elif plan.ckpt == "forced":
         parts.append("no usable checkpoint: full re-processing forced")
     parts.append(f"{n_past} tokens reused, {n_prompt - n_past} prefilled")
     return "; ".join(parts)
@@ -197,10 +207,10 @@ def _candidates(cause: str, params: dict, ev: "Evidence", hist: dict, extra: dic
             if ram and ram > 0:
                 out.append((f"--cache-ram {2 * ram}", True))
         elif reason == "overwritten":
-            by = extra.get("by") or {}
-            kept = by.get("how") == "lcp" and not by.get("update_cache")
+            by = extra.get("by")
+            kept = by is not None and by.how == "lcp" and not by.update_cache
             if kept:
-                sps_up = min(0.99, round(by.get("f_sim", 0) + 0.01, 2))
+                sps_up = min(0.99, round(by.f_sim + 0.01, 2))
                 out.append((" ".join([f"-sps {sps_up:.2f}", *([] if ram else ["--cache-ram 8192"])]), True))
             if not ram:
                 out.append(("--cache-ram 8192", not kept))
@@ -227,15 +237,16 @@ def _candidates(cause: str, params: dict, ev: "Evidence", hist: dict, extra: dic
     return out
 
 
-def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_history: dict | None = None,
-             params: dict | None = None, decisions: dict | None = None, evidence: Evidence | None = None) -> Miss | None:
-    """The cause of a miss from the two facts of a request (its `slot_decision` and `prompt_plan`),
-    or None when nothing the server held was lost. `evidence` (what earlier events showed) decides
-    which flag changes are shown untested (`_candidates`)."""
-    n_prompt, n_past = plan["n_prompt"], plan["n_past"]
-    held, lost = dec.get("held"), dec.get("lost")
-    h = held["lcp"] if held else 0
-    lo = lost["lcp"] if lost else 0
+def diagnose(slot: int, task: int, dec: T.SlotDecision | None, plan: T.PromptPlan, sps: float,
+             ckpt_history: dict | None = None, params: dict | None = None, decisions: dict | None = None,
+             evidence: Evidence | None = None) -> Miss | None:
+    """The cause of a miss from the two facts of a request (its `slot_decision` and `prompt_plan`
+    payloads; no decision: nothing is known to be held), or None when nothing the server held was lost.
+    `evidence` (what earlier events showed) decides which flag changes are shown untested (`_candidates`)."""
+    n_prompt, n_past = plan.n_prompt, plan.n_past
+    held, lost = (dec.held, dec.lost) if dec is not None else (None, None)
+    h = held.lcp if held else 0
+    lo = lost.lcp if lost else 0
     cap = max(0, n_prompt - 1)
     possible = min(max(h, lo), cap)
     if n_past >= possible or possible <= 1:  # nothing lost, or only the BOS token in common
@@ -243,9 +254,9 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
     params = params or {}
     ev = evidence or Evidence()
     src = lost if lo > h and lo > n_past else held
-    where = f"slot {src['id']}" if src["where"] == "slot" else f"entry #{src['id']}"
+    where = f"slot {src.id}" if src.where == "slot" else f"entry #{src.id}"
     miss = dict(task=task, slot=slot, n_prompt=n_prompt, n_past=n_past, possible=possible, lost=possible - n_past,
-                where=where, prompt_text=src.get("prompt_text", ""), held_text=src.get("held_text", ""))
+                where=where, prompt_text=src.prompt_text, held_text=src.held_text)
     hist = (ckpt_history or {}).get(slot, {})
 
     def out(cause, detail, advice=(), **extra):
@@ -254,60 +265,60 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
                     candidates=[f for f, _ in cands], **miss)
 
     if src is lost:
-        what = "RAM entry" if lost["where"] == "entry" else "slot content"
-        if lost["reason"] == "overwritten":
+        what = "RAM entry" if lost.where == "entry" else "slot content"
+        if lost.reason == "overwritten":
             # who overwrote it, and why was it not saved first? A slot chosen by similarity with
             # f_keep >= 0.5 skips the RAM cache: only a higher -sps (LRU, which saves) would have kept it.
-            by = (decisions or {}).get(lost.get("by_task"), {})
-            if by.get("how") == "lcp" and not by.get("update_cache"):
-                what = (f"slot content {where} with {lost['n_held']} tokens was overwritten by task {lost['by_task']}, "
-                        f"which kept the slot (f_sim {by.get('f_sim', 0):.2f} > -sps, f_keep {by.get('f_keep') or 0:.2f}"
+            by = (decisions or {}).get(lost.by_task) if lost.by_task is not UNSET else None
+            if by is not None and by.how == "lcp" and not by.update_cache:
+                what = (f"slot content {where} with {lost.n_held} tokens was overwritten by task {lost.by_task}, "
+                        f"which kept the slot (f_sim {by.f_sim:.2f} > -sps, f_keep {_num(by.f_keep):.2f}"
                         " >= 0.50) without saving it to the RAM cache")
                 return out("dropped", what, reason="overwritten", by=by)
-            return out("dropped", f"{what} {where} with {lost['n_held']} tokens was dropped ({lost['reason']}, event "
-                                  f"{lost['seq']}) before this request", reason="overwritten", by=by)
-        return out("dropped", f"{what} {where} with {lost['n_held']} tokens was dropped ({lost['reason']}, event "
-                              f"{lost['seq']}) before this request", reason=lost["reason"])
-    if not plan.get("cache_prompt", True):
+            return out("dropped", f"{what} {where} with {lost.n_held} tokens was dropped ({lost.reason}, event "
+                                  f"{lost.seq}) before this request", reason="overwritten", by=by)
+        return out("dropped", f"{what} {where} with {lost.n_held} tokens was dropped ({lost.reason}, event "
+                              f"{lost.seq}) before this request", reason=lost.reason)
+    if plan.cache_prompt is False:
         return out("cache_prompt_off", CAUSES["cache_prompt_off"], ["\"cache_prompt\": true"])
     chosen = f"slot {slot}"
-    if held["where"] == "slot" and held["id"] != slot:
-        checks = {c[0]: c for c in dec.get("checks") or []}
-        c = checks.get(held["id"])
+    if held.where == "slot" and held.id != slot:
+        checks = {c[0]: c for c in dec.checks or []}
+        c = checks.get(held.id)
         if c is not None and c[1] == "is_processing":
-            return out("busy", f"slot {held['id']} held {held['lcp']} tokens but was busy; {chosen} got the request",
-                       [f"send it with id_slot {held['id']} (it then waits for that slot)"])
-        if dec.get("id_requested", -1) != -1:
-            return out("pinned", f"the request asked for slot {dec['id_requested']} (id_slot) while slot {held['id']} "
-                                 f"held {held['lcp']} tokens", ["id_slot -1"])
-        f = held["lcp"] / max(1, n_prompt)
-        return out("threshold", f"slot {held['id']} shared {held['lcp']}/{n_prompt} tokens (f_sim {f:.2f}, not above "
-                                f"-sps {sps:.2f}); {chosen} was chosen {'by LRU' if dec.get('how') == 'lru' else dec.get('how')}",
+            return out("busy", f"slot {held.id} held {held.lcp} tokens but was busy; {chosen} got the request",
+                       [f"send it with id_slot {held.id} (it then waits for that slot)"])
+        if dec.id_requested != -1:
+            return out("pinned", f"the request asked for slot {dec.id_requested} (id_slot) while slot {held.id} "
+                                 f"held {held.lcp} tokens", ["id_slot -1"])
+        f = held.lcp / max(1, n_prompt)
+        return out("threshold", f"slot {held.id} shared {held.lcp}/{n_prompt} tokens (f_sim {f:.2f}, not above "
+                                f"-sps {sps:.2f}); {chosen} was chosen {'by LRU' if dec.how == 'lru' else dec.how}",
                    f=f)
-    if held["where"] == "entry" and not str(plan.get("origin", "")).endswith(f"#{held['id']}"):
-        if dec.get("load") is False:
+    if held.where == "entry" and not str(plan.origin).endswith(f"#{held.id}"):
+        if dec.load is False:
             return out("restore_failed", CAUSES["restore_failed"])
-        if not dec.get("update_cache"):
-            fk = dec.get("f_keep")
-            sps_up = min(0.99, round(dec.get("f_sim", 0) + 0.01, 2))
+        if not dec.update_cache:
+            fk = dec.f_keep
+            sps_up = min(0.99, round(dec.f_sim + 0.01, 2))
             return out("slot_kept", f"{chosen} kept its own prefix (f_keep {fk if fk is None else f'{fk:.2f}'} >= 0.50), "
-                                    f"so the RAM cache, where {where} held {held['lcp']} tokens, was not searched",
+                                    f"so the RAM cache, where {where} held {held.lcp} tokens, was not searched",
                        sps_up=sps_up)
-        fk_e = held["lcp"] / max(1, held["n_held"])
+        fk_e = held.lcp / max(1, held.n_held)
         if fk_e < 0.25:
-            return out("floor", f"{where} shares {held['lcp']} of its {held['n_held']} tokens (f_keep {fk_e:.2f} < 0.25)",
+            return out("floor", f"{where} shares {held.lcp} of its {held.n_held} tokens (f_keep {fk_e:.2f} < 0.25)",
                        ["no flag moves the f_keep floor (0.25): the entry held much more than this prompt shares"])
-        return out("two_axis", f"{where} (f_keep {fk_e:.2f}, f_sim {held['lcp'] / max(1, n_prompt):.2f}) did not beat the "
+        return out("two_axis", f"{where} (f_keep {fk_e:.2f}, f_sim {held.lcp / max(1, n_prompt):.2f}) did not beat the "
                                "slot or an earlier entry on both axes")
     # the content was in the chosen slot (or was loaded into it): the prompt plan lost it
-    ck = plan.get("checkpoints") or []
-    if plan.get("ckpt") == "forced":
+    ck = plan.checkpoints or []
+    if plan.ckpt == "forced":
         nearest = f"; checkpoints at n_tokens {[c[2] for c in ck][-4:]}" if ck else "; the slot had no checkpoint"
         advice = []
         if ck and min(c[2] for c in ck) > possible:  # every checkpoint lies after the change
             advice.append(f"keep the prompt's first {possible} tokens stable: it changes right there")
-        thold = plan.get("pos_min_thold")
-        rule = (f"pos_min {plan['pos_min']} >= {thold}" if plan.get("pos_min") is not None and thold is not None
+        thold = plan.pos_min_thold if plan.pos_min_thold is not UNSET else None
+        rule = (f"pos_min {plan.pos_min} >= {thold}" if plan.pos_min not in (None, UNSET) and thold is not None
                 # a log prints the threshold (`checking checkpoint ... against T`), not pos_min
                 else f"pos_min >= max(0, pos_next - n_swa) = {thold}" if thold is not None
                 else "pos_min >= max(0, pos_next - n_swa)")
@@ -315,11 +326,11 @@ def diagnose(slot: int, task: int, dec: dict, plan: dict, sps: float, ckpt_histo
                                     f"or before it{nearest}"
                                     + (f"; {hist['fifo']} erased by the --ctx-checkpoints cap" if hist.get("fifo") else ""),
                    advice)
-    if plan.get("ckpt") == "restored":
+    if plan.ckpt == "restored":
         return out("checkpoint_early", f"the checkpoint restored ends at {n_past}, {possible - n_past} tokens before the "
                                        "divergence (the server checkpoints a few tokens before each prompt's end; "
                                        "what follows, the generated reply included, is processed again)")
-    return out("other", f"{CAUSES['other']} (how {dec.get('how')}, load {dec.get('load')})")
+    return out("other", f"{CAUSES['other']} (how {dec.how if dec else None}, load {dec.load if dec else None})")
 
 
 @dataclass
@@ -342,7 +353,7 @@ class Explainer:
     def __init__(self, max_lines: int = 200):
         self.sps = 0.1
         self.params: dict = {}
-        self.decisions: dict[int, dict] = {}  # task -> slot_decision data (+ load scores)
+        self.decisions: dict[int, T.SlotDecision] = {}  # task -> its slot_decision payload
         self.slots: dict[int, Explanation] = {}
         self.lines: collections.deque = collections.deque(maxlen=max_lines)
         self.misses: collections.deque = collections.deque(maxlen=max_lines)
@@ -353,34 +364,35 @@ class Explainer:
         self.unsubscribe = None  # set by attach()
 
     def apply(self, e) -> Explanation | None:
-        k, d = e.kind, e.data
-        if k == "init":
-            self.sps = float(d.get("sps", self.sps))
+        k, d = e.kind, e.payload
+        if k == T.INIT:
+            self.sps = float(d.sps)
             self.params = _params_of(d)
-        elif k == "checkpoint_evict":
-            self.ckpt_history[e.slot][d.get("reason", "?")] += 1
-            if d.get("reason") == "too_close":
+        elif k == T.CHECKPOINT_EVICT:
+            self.ckpt_history[e.slot][d.reason] += 1
+            if d.reason == "too_close":
                 self.evidence.too_close += 1
-        elif k == "checkpoint_created":
+        elif k == T.CHECKPOINT_CREATED:
             if not self.evidence.delimiters and e.task in self._plans:
-                self.evidence.delimiters = _user_start(d.get("n_tokens", -1), *self._plans[e.task], self.params)
-        elif k in ("cache_evict", "cache_skip_over_limit"):
-            if k == "cache_skip_over_limit" or d.get("reason") in ("make_room", "byte_limit", "token_limit"):
+                self.evidence.delimiters = _user_start(d.n_tokens, *self._plans[e.task], self.params)
+        elif k == T.CACHE_SKIP_OVER_LIMIT:
+            self.evidence.room += 1
+        elif k == T.CACHE_EVICT:
+            if d.reason in ("make_room", "byte_limit", "token_limit"):
                 self.evidence.room += 1
-        elif k == "slot_decision":
-            self.decisions[e.task] = dict(d)
+        elif k == T.SLOT_DECISION:
+            self.decisions[e.task] = d
             if len(self.decisions) > 4096:  # bounded: only recent tasks can still be planned
                 self.decisions.pop(next(iter(self.decisions)))
-        elif k == "prompt_plan":
-            dec = self.decisions.get(e.task, {})
-            self._plans[e.task] = (d["n_past"], d["n_prompt"])
+        elif k == T.PROMPT_PLAN:
+            dec = self.decisions.get(e.task)
+            self._plans[e.task] = (d.n_past, d.n_prompt)
             if len(self._plans) > 4096:
                 self._plans.pop(next(iter(self._plans)))
-            x = Explanation(e.task, d["n_prompt"],
-                            provenance(d["lcp"], d["n_past"], d["n_prompt"], d.get("ckpt"), d.get("origin", "slot"),
-                                       d.get("shifts") or []),
-                            d.get("divergence", -1), d.get("div_text", ""), why_line(e.slot, dec, d, self.sps))
-            sps = dec.get("sps") if dec.get("sps") is not None else self.sps  # a log prints it per selection
+            x = Explanation(e.task, d.n_prompt, provenance(d.lcp, d.n_past, d.n_prompt, d.ckpt, d.origin, d.shifts or []),
+                            d.divergence, d.div_text, why_line(e.slot, dec, d, self.sps))
+            # a log prints -sps with each selection
+            sps = dec.sps if dec is not None and dec.sps not in (None, UNSET) else self.sps
             x.miss = diagnose(e.slot, e.task, dec, d, sps, self.ckpt_history, self.params, self.decisions,
                               self.evidence)
             if x.miss is not None:
@@ -419,11 +431,10 @@ def _user_start(n_tokens: int, n_past: int, n_prompt: int, params: dict) -> bool
     return n_tokens > n_past and n_tokens not in tails and (n_tokens - n_past) % nb != 0
 
 
-def _params_of(init: dict) -> dict:
-    """The flags a suggestion needs, from the `init` event (its `flags` are the server's command line)."""
-    out = {"n_slots": init.get("n_slots"), "n_swa": init.get("n_swa", 0), "cache_ram": init.get("cache_ram", 0),
-           "kv_unified": init.get("kv_unified", False)}
-    flags = list(init.get("flags") or [])
+def _params_of(init: T.Init) -> dict:
+    """The flags a suggestion needs, from the `init` payload (its `flags` are the server's command line)."""
+    out = {"n_slots": init.n_slots, "n_swa": init.n_swa, "cache_ram": init.cache_ram, "kv_unified": init.kv_unified}
+    flags = list(init.flags or [])
     names = {"--ctx-checkpoints": "ctx_checkpoints", "-ctxcp": "ctx_checkpoints", "--swa-checkpoints": "ctx_checkpoints",
              "--checkpoint-min-step": "checkpoint_min_step", "-cms": "checkpoint_min_step",
              "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
@@ -458,15 +469,16 @@ def attach(bus) -> "Explainer":
     state = {"upto": -1, "early": []}  # while the history is folded, live events wait in `early`
 
     def apply(e) -> None:
-        if e.kind == "request_miss" or e.seq <= state["upto"]:
+        if e.kind == T.REQUEST_MISS or e.seq <= state["upto"]:
             return
         state["upto"] = e.seq
         r = x.apply(e)
         if r is not None and r.miss is not None:
             m = r.miss
-            bus.emit("request_miss", m.line(), level="INF", slot=m.slot, task=m.task, cause=m.cause, lost=m.lost,
-                     possible=m.possible, n_past=m.n_past, n_prompt=m.n_prompt, where=m.where, detail=m.detail,
-                     prompt_text=m.prompt_text, held_text=m.held_text, suggest=[*m.untested, *m.suggest])
+            bus.emit(T.RequestMiss(cause=m.cause, lost=m.lost, possible=m.possible, n_past=m.n_past,
+                                   n_prompt=m.n_prompt, where=m.where, detail=m.detail, prompt_text=m.prompt_text,
+                                   held_text=m.held_text, suggest=[*m.untested, *m.suggest]),
+                     m.line(), level="INF", slot=m.slot, task=m.task)
 
     def on_event(e) -> None:
         with lock:
@@ -479,7 +491,7 @@ def attach(bus) -> "Explainer":
     # silently; events that arrived meanwhile are applied after it, once each, in seq order
     x.unsubscribe = bus.subscribe(on_event)
     for e in bus.replayable() if bus.log else ():
-        if e.kind != "request_miss" and e.seq > state["upto"]:
+        if e.kind != T.REQUEST_MISS and e.seq > state["upto"]:
             x.apply(e)
             state["upto"] = e.seq
     with lock:  # the engine's thread waits in on_event until the early ones are applied, so order holds

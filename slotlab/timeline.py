@@ -110,7 +110,7 @@ class Timeline:
                 self.misses[e.task] = x.miss
                 self._bound(self.misses)
             return
-        p = T.payload(e)
+        p = e.payload
         if k == T.CLIENT_CALL:
             self.calls[e.task] = p
             while len(self.calls) > self.keep:
@@ -176,7 +176,7 @@ def call_fields(request: int, session: str, change=None) -> dict:
 def emit_call(bus, task: int, request: int, session: str, change=None):
     """Emit the `client_call` event of a queued task (its message: the change's line, or a short note)."""
     msg = change.line() if change is not None else f"#{request} call of conversation {session}"
-    return bus.emit(T.CLIENT_CALL, msg, level="INF", task=task, **call_fields(request, session, change))
+    return bus.emit(T.ClientCall(**call_fields(request, session, change)), msg, level="INF", task=task)
 
 
 def sessions_of(calls, renderer) -> list[str]:

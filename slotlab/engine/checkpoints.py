@@ -76,22 +76,23 @@ class CheckpointPolicy:
         while len(ck) + 1 >= self.n_max and i < len(ck):
             c = ck[i]
             if c.id_task != id_task and last >= 0 and c.n_tokens <= last + self.min_step:
-                emit(T.CHECKPOINT_EVICT, "erasing context checkpoint too close to an earlier one (pos_min = "
+                emit(T.CheckpointEvict(reason="too_close", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
+                     "erasing context checkpoint too close to an earlier one (pos_min = "
                         f"{c.pos_min}, pos_max = {c.pos_max}, n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)",
-                        slot=slot, reason="too_close", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
+                     slot=slot)
                 del ck[i]
                 continue
             last = c.n_tokens
             i += 1
         while len(ck) >= self.n_max:
             c = ck.pop(0)
-            emit(T.CHECKPOINT_EVICT, f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
-                    f"n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)", level="WRN", slot=slot, reason="fifo",
-                    n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
+            emit(T.CheckpointEvict(reason="fifo", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
+                 f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
+                    f"n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)", level="WRN", slot=slot)
         n_new = len(slot.tokens) - n_tokens_cur
         for c in [c for c in ck if c.n_tokens == n_new]:
-            emit(T.CHECKPOINT_EVICT, f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot,
-                    reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max)
+            emit(T.CheckpointEvict(reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
+                 f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot)
             ck.remove(c)
         mem = self.memory
         data = mem.state_get(slot.id, partial=True).copy()
@@ -99,26 +100,26 @@ class CheckpointPolicy:
         c = Checkpoint(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, id_task=id_task, data_tgt=data,
                        data_dft=data_dft)
         ck.append(c)
-        emit(T.CHECKPOINT_CREATED, f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
-                f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot,
-                n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, size=c.size())
+        emit(T.CheckpointCreated(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, size=c.size()),
+             f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
+                f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot)
 
     def restore(self, slot, n_past: int, pos_next: int, pos_min_thold: int) -> tuple[int, int]:
         """The memory no longer holds what `n_past` needs: restore the newest usable checkpoint or
         force full re-processing (spec 3.5). Returns (n_past, pos_next)."""
         emit, found = self.emit, None
         for c in reversed(slot.checkpoints):
-            emit(T.CHECKPOINT_CHECK, f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
-                    slot=slot)
+            emit(T.CheckpointCheck(), f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
+                 slot=slot)
             if c.pos_max > pos_next:
                 continue
             if c.pos_min < pos_min_thold or c.pos_min == 0:
                 found = c
                 break
         if found is None:
-            emit(T.CHECKPOINT_NONE, "forcing full prompt re-processing due to lack of cache data (likely due to SWA "
+            emit(T.CheckpointNone(), "forcing full prompt re-processing due to lack of cache data (likely due to SWA "
                     "or hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)",
-                    slot=slot)
+                 slot=slot)
             return 0, 0
         for draft, data in ((False, found.data_tgt), (True, found.data_dft)):
             if (draft and not self.memory.info.has_draft) or not len(data):  # load_tgt / load_dft: no-op
@@ -128,20 +129,21 @@ class CheckpointPolicy:
                 raise RuntimeError(f"checkpoint size mismatch: expected {len(data)}, got {n}")
         pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
         n_past = min(slot.tokens.size_up_to_pos(pos_next), found.n_tokens)
-        emit(T.CHECKPOINT_RESTORED, f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
-                f"n_tokens = {found.n_tokens}, n_past = {n_past}, size = {found.size() / MIB:.3f} MiB)", slot=slot,
-                n_tokens=found.n_tokens, n_past=n_past, pos_min=found.pos_min, pos_max=found.pos_max,
-                size=found.size())
+        emit(T.CheckpointRestored(n_tokens=found.n_tokens, n_past=n_past, pos_min=found.pos_min, pos_max=found.pos_max,
+                                  size=found.size()),
+             f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
+                f"n_tokens = {found.n_tokens}, n_past = {n_past}, size = {found.size() / MIB:.3f} MiB)", slot=slot)
         return n_past, pos_next
 
     def erase_invalidated(self, slot, pos_next: int) -> None:
         keep = []
         for c in slot.checkpoints:
             if c.pos_max > pos_next:
-                self.emit(T.CHECKPOINT_EVICT, f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
+                self.emit(T.CheckpointEvict(reason="invalidated", n_tokens=c.n_tokens, pos_min=c.pos_min,
+                                            pos_max=c.pos_max),
+                          f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
                         f"{c.pos_max}, n_tokens = {c.n_tokens}, n_swa = {self.n_swa}, pos_next = {pos_next}, size = "
-                        f"{c.size() / MIB:.3f} MiB)", slot=slot, reason="invalidated", n_tokens=c.n_tokens,
-                          pos_min=c.pos_min, pos_max=c.pos_max)
+                        f"{c.size() / MIB:.3f} MiB)", slot=slot)
             else:
                 keep.append(c)
         slot.checkpoints = keep

@@ -90,19 +90,19 @@ class ServerCore:
         p, info, emit = self.params, self.memory.info, self.emit
         if self.cache is not None:
             lim = "no limit" if p.cache_ram < 0 else f"{p.cache_ram} MiB"
-            emit(T.CACHE_INIT, f"prompt cache is enabled, size limit: {lim}", limit_size=self.cache.limit_size,
-                 limit_tokens=self.cache.limit_tokens)
+            emit(T.CacheInit(limit_size=self.cache.limit_size, limit_tokens=self.cache.limit_tokens),
+                 f"prompt cache is enabled, size limit: {lim}")
         else:
-            emit(T.CACHE_INIT, "prompt cache is disabled - use `--cache-ram N` to enable it")
+            emit(T.CacheInit(), "prompt cache is disabled - use `--cache-ram N` to enable it")
         if p.cache_idle_slots and p.cache_ram == 0:
-            emit(T.PARAMS, "--cache-idle-slots requires --cache-ram, disabling", level="WRN")
+            emit(T.Params(), "--cache-idle-slots requires --cache-ram, disabling", level="WRN")
         if p.cache_reuse > 0 and not info.can_shift:
-            emit(T.PARAMS, "cache_reuse is not supported by this context, it will be disabled", level="WRN")
-        emit(T.INIT, f"initializing, n_slots = {len(self.slots)}, n_ctx_slot = {self.n_ctx_slot}, "
-             f"kv_unified = '{'true' if info.kv_unified else 'false'}'", level="INF",
-             n_slots=len(self.slots), n_ctx_slot=self.n_ctx_slot, kv_unified=info.kv_unified,
-             n_swa=self.n_swa, cache_ram=p.cache_ram, flags=p.to_args(), draft=info.has_draft,
-             sps=float(p.slot_prompt_similarity))
+            emit(T.Params(), "cache_reuse is not supported by this context, it will be disabled", level="WRN")
+        emit(T.Init(n_slots=len(self.slots), n_ctx_slot=self.n_ctx_slot, kv_unified=info.kv_unified, n_swa=self.n_swa,
+                    cache_ram=p.cache_ram, flags=p.to_args(), draft=info.has_draft,
+                    sps=float(p.slot_prompt_similarity)),
+             f"initializing, n_slots = {len(self.slots)}, n_ctx_slot = {self.n_ctx_slot}, "
+             f"kv_unified = '{'true' if info.kv_unified else 'false'}'", level="INF")
 
     # ------------------------------------------------------------------ tasks in
 
@@ -158,7 +158,7 @@ class ServerCore:
     def post(self, task: Task) -> None:
         self.tq.post(task)
         if task.type is TaskType.COMPLETION:
-            self.emit(T.TASK_QUEUED, "", task=task.id, n_tokens=task.n_tokens, id_slot=task.params.id_slot)
+            self.emit(T.TaskQueued(n_tokens=task.n_tokens, id_slot=task.params.id_slot), "", task=task.id)
 
     def slot_action_task(self, action: str, id_slot: int, filename: str | None = None) -> Task:
         """A slot action as a task; request-level errors come back as a finished task."""
@@ -177,7 +177,7 @@ class ServerCore:
             task = self.tq.cancels.pop(0)
             for s in self.slots:
                 if s.task is task:
-                    self.emit(T.TASK_CANCELLED, f"cancel task, id_task = {task.id}", level="WRN", slot=s, task=task.id)
+                    self.emit(T.TaskCancelled(), f"cancel task, id_task = {task.id}", level="WRN", slot=s, task=task.id)
                     task.finish(error=cancelled_error())
                     self.release(s)
                     break
@@ -215,9 +215,9 @@ class ServerCore:
                 for s in self.slots:
                     if s.is_processing:
                         continue
-                    self.emit(T.IDLE_SLOT_SAVE, "saving idle slot to prompt cache", slot=s)
+                    self.emit(T.IdleSlotSave(), "saving idle slot to prompt cache", slot=s)
                     if self.glue.prompt_save(s):
-                        self.emit(T.IDLE_SLOT_SAVED, "__TEST_TAG_CACHE_IDLE_SLOT__", level="DBG", slot=s)
+                        self.emit(T.IdleSlotSaved(), "__TEST_TAG_CACHE_IDLE_SLOT__", level="DBG", slot=s)
                         self.glue.update(s)
                     if self.memory.info.kv_unified:
                         self.glue.prompt_clear(s, reason="idle_clear")
@@ -234,24 +234,25 @@ class ServerCore:
         """The server's log lines of steps A-C, from the decision."""
         emit = self.emit
         if sel.id_requested != -1:
-            emit(T.SLOT_SELECTED_BY_ID, f"selected slot by id ({sel.id_requested})", level="INF",
+            emit(T.SlotSelectedById(), f"selected slot by id ({sel.id_requested})", level="INF",
                  slot=self.get_slot_by_id(sel.id_requested), task=task.id)
         sps = np.float32(self.params.slot_prompt_similarity)
         for c in sel.checks:
             if c.skipped == "is_processing":
-                emit(T.SLOT_SKIP, " - skipping, is_processing = 1", slot=c.id_slot, task=task.id)
+                emit(T.SlotSkip(), " - skipping, is_processing = 1", slot=c.id_slot, task=task.id)
             elif c.skipped == "empty":
-                emit(T.SLOT_SKIP, " - skipping, slot is empty", slot=c.id_slot, task=task.id)
+                emit(T.SlotSkip(), " - skipping, slot is empty", slot=c.id_slot, task=task.id)
             else:
-                emit(T.SLOT_SIM, f" - checking sim = {c.f_sim:.3f} ({c.lcp}/{task.n_tokens}) > {sps:.3f}",
-                     slot=c.id_slot, task=task.id, lcp=c.lcp, f_sim=c.f_sim)
+                emit(T.SlotSim(lcp=c.lcp, f_sim=c.f_sim),
+                     f" - checking sim = {c.f_sim:.3f} ({c.lcp}/{task.n_tokens}) > {sps:.3f}", slot=c.id_slot,
+                     task=task.id)
         if sel.how == "lcp" and sel.id_requested == -1:
-            emit(T.SLOT_SELECTED_BY_LCP, f"selected slot by LCP similarity, f_sim_best = {sel.f_sim_best:.3f} "
-                 f"(> {sps:.3f} thold), f_keep = {sel.f_keep:.3f}", level="INF", slot=sel.id_slot, task=task.id,
-                 f_sim=float(sel.f_sim_best), f_keep=float(sel.f_keep))
+            emit(T.SlotSelectedByLcp(f_sim=float(sel.f_sim_best), f_keep=float(sel.f_keep)),
+                 f"selected slot by LCP similarity, f_sim_best = {sel.f_sim_best:.3f} "
+                 f"(> {sps:.3f} thold), f_keep = {sel.f_keep:.3f}", level="INF", slot=sel.id_slot, task=task.id)
         elif sel.how == "lru":
-            emit(T.SLOT_SELECTED_BY_LRU, f"selected slot by LRU, t_last = {sel.t_last}", level="INF",
-                 slot=sel.id_slot, task=task.id, t_last=sel.t_last)
+            emit(T.SlotSelectedByLru(t_last=sel.t_last), f"selected slot by LRU, t_last = {sel.t_last}", level="INF",
+                 slot=sel.id_slot, task=task.id)
 
     def get_available_slot(self, task: Task) -> Slot | None:
         """Steps A-C (selection.py), then step D: the RAM-cache save / load / update (spec 1.4)."""
@@ -268,28 +269,29 @@ class ServerCore:
                                  lcps=slot_lcps)
         self._emit_selection(sel, task)
         ret = None if sel.id_slot is None else self.slots[sel.id_slot]
-        decision = {"how": sel.how, "f_sim": float(sel.f_sim_best),
-                    "f_keep": None if sel.f_keep is None else float(sel.f_keep),
-                    "update_cache": bool(sel.update_cache and self.cache is not None), "load": None,
-                    "id_requested": sel.id_requested, "held": held, "lost": lost,
-                    "checks": [(c.id_slot, c.skipped, c.lcp, c.f_sim) for c in sel.checks]}
-        if ret is not None and sel.update_cache and self.cache is not None:
-            self.emit(T.CACHE_UPDATE_BEGIN, "updating prompt cache", task=task.id)
+        update_cache = bool(sel.update_cache and self.cache is not None)
+        loaded = res = None
+        if ret is not None and update_cache:
+            self.emit(T.CacheUpdateBegin(), "updating prompt cache", task=task.id)
             t0 = time.perf_counter()
             self.glue.prompt_save(ret, task)
             loaded, res = self.glue.prompt_load(ret, task)
-            decision["load"] = loaded
-            if loaded is True:
-                decision.update(f_keep_best=float(res.f_keep_best), f_sim_best=float(res.f_sim_best),
-                                f_keep_base=float(res.f_keep_base))
             if loaded is False:
                 self.glue.prompt_clear(ret, reason="load_failed")
             self.glue.update(ret, task)
-            self.emit(T.CACHE_UPDATE_END, f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
+            self.emit(T.CacheUpdateEnd(), f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
                       task=task.id)
-        if ret is not None and self.cache is not None and decision["load"] is None and self.hindsight is not None:
+        if ret is not None and self.cache is not None and loaded is None and self.hindsight is not None:
             self.glue.preview(ret, task)
-        self.emit(T.SLOT_DECISION, "", slot=ret.id if ret else -1, task=task.id, **decision)
+        won = loaded is True
+        self.emit(T.SlotDecision(how=sel.how, f_sim=float(sel.f_sim_best),
+                                 f_keep=None if sel.f_keep is None else float(sel.f_keep), update_cache=update_cache,
+                                 load=loaded, id_requested=sel.id_requested, held=held, lost=lost,
+                                 checks=[(c.id_slot, c.skipped, c.lcp, c.f_sim) for c in sel.checks],
+                                 f_keep_best=float(res.f_keep_best) if won else T.UNSET,
+                                 f_sim_best=float(res.f_sim_best) if won else T.UNSET,
+                                 f_keep_base=float(res.f_keep_base) if won else T.UNSET),
+                  "", slot=ret.id if ret else -1, task=task.id)
         return ret
 
     # ------------------------------------------------------------------ launch / release
@@ -305,8 +307,8 @@ class ServerCore:
                                                    sampling=p.sampling, prompt=task.tokens)
             except ValueError as ex:  # common_sampler_init threw (a grammar that does not parse, ...)
                 msg = f"Failed to initialize samplers: {ex}"
-                self.emit(T.TASK_ERROR, msg, level="ERR", slot=slot, task=task.id, code=400,
-                          type="invalid_request_error")
+                self.emit(T.TaskFailed(code=400, type="invalid_request_error"), msg, level="ERR", slot=slot,
+                          task=task.id)
                 task.finish(error=TaskError(400, msg, "invalid_request_error"))
                 return False
         slot.n_predict_max = p.n_predict if p.n_predict != -1 else self.params.n_predict
@@ -314,8 +316,8 @@ class ServerCore:
         slot.state = SlotState.STARTED
         task.state = TaskState.RUNNING
         task.id_slot = slot.id
-        self.emit(T.TASK_LAUNCHED, "processing task, is_child = 0", level="INF", slot=slot, task=task.id,
-                  n_tokens=task.n_tokens)
+        self.emit(T.TaskLaunched(n_tokens=task.n_tokens), "processing task, is_child = 0", level="INF", slot=slot,
+                  task=task.id)
         return True
 
     def _next_time(self) -> int:
@@ -326,8 +328,9 @@ class ServerCore:
     def release(self, slot: Slot) -> None:
         if not slot.is_processing:
             return
-        self.emit(T.SLOT_RELEASE, f"stop processing: n_tokens = {len(slot.tokens)}, truncated = {int(slot.truncated)}",
-                  level="INF", slot=slot, n_tokens=len(slot.tokens))
+        self.emit(T.SlotRelease(n_tokens=len(slot.tokens)),
+                  f"stop processing: n_tokens = {len(slot.tokens)}, truncated = {int(slot.truncated)}", level="INF",
+                  slot=slot)
         slot.t_last_used = self._next_time()
         slot.state = SlotState.IDLE
         slot.origin = "slot"
@@ -342,8 +345,8 @@ class ServerCore:
             if s.is_processing:
                 continue
             if len(s.tokens) > 0:
-                self.emit(T.SLOT_PURGE, f"purging slot {s.id} with {len(s.tokens)} tokens", level="WRN", slot=-1,
-                          task=-1, id_slot=s.id, n_tokens=len(s.tokens))
+                self.emit(T.SlotPurge(id_slot=s.id, n_tokens=len(s.tokens)),
+                          f"purging slot {s.id} with {len(s.tokens)} tokens", level="WRN", slot=-1, task=-1)
                 self.glue.prompt_clear(s, reason="purge")
                 return True
         return False
@@ -367,7 +370,7 @@ class ServerCore:
             except Exception as ex:  # noqa: BLE001 - the server catches std::exception here
                 log.exception("slot %d: got exception", s.id)
                 msg = f"got exception: {ex}"
-                self.emit(T.SLOT_EXCEPTION, msg, level="ERR", slot=s, error=repr(ex))
+                self.emit(T.SlotException(error=repr(ex)), msg, level="ERR", slot=s)
                 if s.task is not None and not s.task.done:
                     self.send_error(s, msg)
                 self.release(s)
@@ -377,11 +380,11 @@ class ServerCore:
         `abort_all_slots` with the same text; the loop goes on with the next iteration."""
         log.exception("%s() failed", phase)
         reason = f"{phase}() failed: {ex}"
-        self.emit(T.PHASE_FAILED, reason, level="ERR", phase=phase, error=repr(ex))
+        self.emit(T.PhaseFailed(phase=phase, error=repr(ex)), reason, level="ERR")
         self.abort_all_slots(reason)
 
     def send_error(self, slot: Slot, message: str, type_: str = "server_error", code: int = 500) -> None:
-        self.emit(T.TASK_ERROR, message, level="ERR", slot=slot, code=code, type=type_)
+        self.emit(T.TaskFailed(code=code, type=type_), message, level="ERR", slot=slot)
         slot.task.finish(error=TaskError(code, message, type_))
 
     def send_final_response(self, slot: Slot) -> None:
@@ -403,8 +406,8 @@ class ServerCore:
             "stop_type": slot.stop,
             "timings": slot.stats.timings(),
         }
-        self.emit(T.TASK_DONE, "", slot=slot, task=task.id, cache_n=slot.stats.n_prompt_cached,
-                  prompt_n=slot.stats.n_prompt_processed, predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens))
+        self.emit(T.TaskDone(cache_n=slot.stats.n_prompt_cached, prompt_n=slot.stats.n_prompt_processed,
+                             predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens)), "", slot=slot, task=task.id)
         self.metrics.on_final(slot)
         task.finish(result=result)
 
@@ -470,10 +473,10 @@ class ServerCore:
         task = slot.task
         slot.stats.t_start = now_us()
         slot.state = SlotState.PROCESSING_PROMPT
-        self.emit(T.PROMPT_START, f"new prompt, n_ctx_slot = {slot.n_ctx}, n_keep = 0, task.n_tokens = {task.n_tokens}",
-                  slot=slot)
+        self.emit(T.PromptStart(),
+                  f"new prompt, n_ctx_slot = {slot.n_ctx}, n_keep = 0, task.n_tokens = {task.n_tokens}", slot=slot)
         if task.n_tokens == 0:
-            self.emit(T.PROMPT_EMPTY, "empty prompt - releasing slot", level="WRN", slot=slot)
+            self.emit(T.PromptEmpty(), "empty prompt - releasing slot", level="WRN", slot=slot)
             self.send_final_response(slot)
             self.release(slot)
             return False
@@ -504,10 +507,11 @@ class ServerCore:
                 ckpt_mode = "restored" if n_past > 0 else "forced"
         self.checkpoints.erase_invalidated(slot, pos_next)
         if n_past == task.n_tokens and n_past > 0:
-            self.emit(T.PROMPT_FULL_MATCH, f"need to evaluate at least 1 token for each active slot (n_past = {n_past}, "
+            self.emit(T.PromptFullMatch(),
+                      f"need to evaluate at least 1 token for each active slot (n_past = {n_past}, "
                       f"task.n_tokens() = {task.n_tokens})", level="WRN", slot=slot)
             n_past -= 1
-            self.emit(T.PROMPT_FULL_MATCH, f"n_past was set to {n_past}", level="WRN", slot=slot)
+            self.emit(T.PromptFullMatch(), f"n_past was set to {n_past}", level="WRN", slot=slot)
         if n_past < len(slot.tokens) and self.hindsight is not None:  # the rest is overwritten, unsaved
             self.hindsight.slot_dropped(slot, "overwritten", self.events.n_events, by_task=task.id)
         slot.stats.n_prompt_cached = n_past
@@ -517,10 +521,10 @@ class ServerCore:
         slot.n_prompt = task.n_tokens
         div = lcp if lcp < task.n_tokens else -1
         div_text = self.vocab.token_to_piece(int(inp[lcp])).decode("utf-8", "replace") if div >= 0 else ""
-        self.emit(T.PROMPT_PLAN, "", slot=slot, n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode,
-                  origin=slot.origin, shifts=list(slot.shifts), divergence=div, div_text=div_text,
-                  checkpoints=ckpts_before, pos_min=pos_min, pos_min_thold=pos_min_thold,
-                  cache_prompt=task.params.cache_prompt, n_cache_reuse=task.params.n_cache_reuse)
+        self.emit(T.PromptPlan(n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode, origin=slot.origin,
+                               shifts=list(slot.shifts), divergence=div, div_text=div_text, checkpoints=ckpts_before,
+                               pos_min=pos_min, pos_min_thold=pos_min_thold, cache_prompt=task.params.cache_prompt,
+                               n_cache_reuse=task.params.n_cache_reuse), "", slot=slot)
         return True
 
     def _process_prompt(self, slot: Slot) -> None:
@@ -531,7 +535,7 @@ class ServerCore:
         if slot.state is SlotState.STARTED and not self._start_prompt(slot):
             return
         p0 = slot.tokens.pos_next()
-        self.emit(T.PROMPT_SEQ_RM, f"cached n_tokens = {len(slot.tokens)}, memory_seq_rm [{p0}, end)", slot=slot)
+        self.emit(T.PromptSeqRm(), f"cached n_tokens = {len(slot.tokens)}, memory_seq_rm [{p0}, end)", slot=slot)
         require_seq_rm(self.memory, slot.id, p0, -1)
         do_checkpoint = self.checkpoints.gate(task)
         n_have = len(slot.tokens)
@@ -558,8 +562,7 @@ class ServerCore:
             slot.i_batch = b.n_tokens - 1
         elif not is_user_start and not near_prompt_end:
             do_checkpoint = False
-        self.emit(T.PROMPT_BATCH, "", slot=slot, n_added=n_tokens_cur, n_tokens=len(slot.tokens),
-                  n_prompt=task.n_tokens)
+        self.emit(T.PromptBatch(n_added=n_tokens_cur, n_tokens=len(slot.tokens), n_prompt=task.n_tokens), "", slot=slot)
         if do_checkpoint:
             self.checkpoints.maybe_create(slot, n_tokens_cur, n_tokens_start, near_prompt_end or is_last_user_message)
 
@@ -572,11 +575,12 @@ class ServerCore:
                 continue
             s.last_sig = sig
             t = s.task or s.task_prev
-            self.emit(T.SLOT_SNAPSHOT, "", slot=s, task=t.id if t else -1, state=s.state.value, n_tokens=len(s.tokens),
-                      n_prompt=s.n_prompt if t is not None else 0, n_past=s.stats.n_prompt_cached,
-                      prompt_n=s.stats.n_prompt_processed, n_gen=s.stats.n_gen, origin=s.origin,
-                      shifts=list(s.shifts),
-                      checkpoints=[(c.pos_min, c.pos_max, c.n_tokens, c.size(), c.id_task) for c in s.checkpoints])
+            self.emit(T.SlotSnapshot(state=s.state.value, n_tokens=len(s.tokens),
+                                     n_prompt=s.n_prompt if t is not None else 0, n_past=s.stats.n_prompt_cached,
+                                     prompt_n=s.stats.n_prompt_processed, n_gen=s.stats.n_gen, origin=s.origin,
+                                     shifts=list(s.shifts),
+                                     checkpoints=[(c.pos_min, c.pos_max, c.n_tokens, c.size(), c.id_task) for c in s.checkpoints]),
+                      "", slot=s, task=t.id if t else -1)
 
     def decode(self, n_batch: int, off: int, n: int) -> tuple[bool, int]:
         """Returns (ok, n_batch): ok True = decoded, False = retry at the same offset with n_batch.
@@ -594,8 +598,8 @@ class ServerCore:
             if ret < -1:
                 err = "Compute error."
             if err:
-                self.emit(T.DECODE_FAILED, f"{err} off = {off}, n_batch = {n_batch}, ret = {ret}", level="ERR",
-                          ret=ret, off=off, n_batch=n_batch)
+                self.emit(T.DecodeFailed(ret=ret, off=off, n_batch=n_batch),
+                          f"{err} off = {off}, n_batch = {n_batch}, ret = {ret}", level="ERR")
                 for s in self.slots:
                     if s.is_processing:
                         self.send_error(s, err)
@@ -604,16 +608,17 @@ class ServerCore:
                 raise RuntimeError(err)  # stop, do not retry with a smaller batch
             if not self.try_clear_idle_slots():
                 n_batch //= 2
-            self.emit(T.DECODE_RETRY, "failed to find free space in the KV cache, retrying with smaller batch size, "
-                      f"off = {off}, n_batch = {n_batch}, ret = {ret}", level="WRN", ret=ret, off=off, n_batch=n_batch)
+            self.emit(T.DecodeRetry(ret=ret, off=off, n_batch=n_batch),
+                      "failed to find free space in the KV cache, retrying with smaller batch size, "
+                      f"off = {off}, n_batch = {n_batch}, ret = {ret}", level="WRN")
             return False, n_batch
         dt = time.perf_counter() - t0
         n_prompt = self.metrics_post_decode(off, n, dt)
         if self.spec is not None and (ret := self.spec.process(b, off, n)) != 0:
-            self.emit(T.DECODE_FAILED, "failed to process speculative batch", level="ERR", ret=ret, off=off,
-                      n_batch=n_batch)
+            self.emit(T.DecodeFailed(ret=ret, off=off, n_batch=n_batch), "failed to process speculative batch",
+                      level="ERR")
             raise RuntimeError("failed to process speculative batch")  # update_slots aborts every slot
-        self.emit(T.DECODE, "", off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3)
+        self.emit(T.Decode(off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3), "")
         return True, n_batch
 
     def metrics_post_decode(self, off: int, n: int, dt: float) -> int:
@@ -681,8 +686,7 @@ class ServerCore:
                 cb(slot.task, tok)
             except Exception as ex:  # a broken listener (a closed stream, a notebook callback) must not stop the server
                 log.exception("on_token callback of task %d failed", slot.task.id)
-                self.emit(T.CALLBACK_ERROR, f"on_token callback failed: {ex!r}", level="ERR", slot=slot,
-                          error=repr(ex))
+                self.emit(T.CallbackError(error=repr(ex)), f"on_token callback failed: {ex!r}", level="ERR", slot=slot)
         slot.has_next_token = True
         if len(slot.tokens) + 1 >= slot.n_ctx:
             slot.truncated, slot.stop, slot.has_next_token = True, "limit", False

@@ -1,13 +1,16 @@
-"""The one seam through which the server machinery reports a decision: `Emitter(kind, message, ...)`.
+"""The one seam through which the server machinery reports a decision: `Emitter(payload, message, ...)`.
 
 Checkpoints, cache reuse, the RAM-cache glue and speculative decoding get this callable (and the
-memory), never the engine, so each can be read and tested alone. It fills in the task from the slot
-when the caller does not name one, as the server's `SLT_*` log macros print `id_task` of the slot."""
+memory), never the engine, so each can be read and tested alone. The caller builds the event's payload
+(`emit(T.CheckpointCreated(n_tokens=..., ...), "created context checkpoint ...", slot=slot)`), whose
+class is the schema (`slotlab.engine.event_types`). It fills in the task from the slot when the caller
+does not name one, as the server's `SLT_*` log macros print `id_task` of the slot."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from slotlab.engine.event_types import Payload
 
 
 class Emitter:
@@ -15,10 +18,10 @@ class Emitter:
         self.bus = bus
         self.slots = slots
 
-    def __call__(self, kind: str, message: str = "", *, level: str = "TRC", slot: Any = None, task: int | None = None,
-                 **data: Any):
+    def __call__(self, payload: Payload, message: str = "", *, level: str = "TRC", slot: Any = None,
+                 task: int | None = None):
         sid = slot if isinstance(slot, int) else (-1 if slot is None else slot.id)
         if task is None:
             s = self.slots[sid] if sid >= 0 else None
             task = s.task.id if s is not None and s.task is not None else -1
-        return self.bus.emit(kind, message, level=level, slot=sid, task=task, **data)
+        return self.bus.emit(payload, message, level=level, slot=sid, task=task)

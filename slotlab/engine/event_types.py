@@ -1,27 +1,31 @@
 """The event schema: every event kind the engine emits, its fields, what they mean.
 
 An `Event` (slotlab.engine.events) is an envelope: `seq, t, kind, level, message, slot, task` plus a
-`data` dict. This module says, for each `kind`, which keys `data` carries: one frozen dataclass per
-kind, grouped in families (a base class per family), each field documented. It is the contract the
-engine, the panel, serve, replay and metrics share:
+`payload`, an instance of its kind's class here. Each kind has one frozen dataclass, grouped in
+families (a base class per family), each field documented. Every producer (the engine, the RAM-cache
+glue, the simulator, the log reader, serve) builds the payload itself: `emit(T.TaskLaunched(n_tokens=12),
+"processing task", slot=s)`, so the constructor is the schema check (a missing or unknown field is a
+`TypeError` at the emit site), and every reader (the panel, the explainer, serve, replay, metrics)
+reads attributes. It is the contract they share:
 
 * kind names as constants (`SLOT_SNAPSHOT`, `CACHE_ALLOC`, ...): import them instead of writing strings;
+  a payload class's `KIND` is its kind, and `Event.kind` is that of its payload;
 * `REGISTRY`: kind -> payload class; `FAMILIES`: family name -> kinds;
-* `payload(event)` (or `Event.payload()`): the typed, attribute-access view of an event's data;
-* `validate(kind, data)`: the list of problems (unknown kind, missing field, unexpected field), empty
-  when the data matches; `check(kind, data)` raises `EventSchemaError` instead. `EventBus(strict=True)`
-  (or env `SLOTLAB_STRICT_EVENTS=1`) runs `check` on every emit, so a test run checks every emit site;
+* `Payload.to_json()`: the JSON of an event's `data` (what `--events` files and serve write);
 * `RETAIN`: which events define the current picture, so that an `EventBus` whose bounded log has been
   trimmed can still hand a late subscriber what it needs to rebuild it (see `EventBus.replay`).
 
 Conventions. Every payload may carry `func` (the server function whose log line `message` is: the RAM
-cache's events set it). Keys starting with `_` are private to the process (never serialized, never
-validated). Token counts are `n_*`, byte sizes `size*`, positions `pos_*`, fractions `f_*`;
-`entry_id` names a RAM-cache entry for its whole life (from `cache_alloc` to its `cache_evict`).
+cache's events set it). A field whose default is `UNSET` is one a source may not report (the log
+reader does not see what the engine knows, e.g. `SlotDecision.lost`): UNSET is falsy and is left out
+of the JSON; a field that is None is written as null. Fields starting with `_` are private to the
+process (never serialized). Token counts are `n_*`, byte sizes `size*`, positions `pos_*`, fractions
+`f_*`; `entry_id` names a RAM-cache entry for its whole life (from `cache_alloc` to its `cache_evict`).
+The JSON keys come in field order, so the order of a class's fields is the order of its JSON.
 
 Adding a kind: a constant, then a `@dataclass(frozen=True, kw_only=True)` subclass of its family's
 base with `KINDS = (CONSTANT,)` and its fields (a field with a default is optional). Nothing else: the
-registry, the validator and `FAMILIES` are built from the classes when the module loads."""
+registry and `FAMILIES` are built from the classes when the module loads."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Hashable, Optional
 
-from slotlab.errors import SlotlabError
+import numpy as np
 
 # ---------------------------------------------------------------------------------------------- kinds
 
@@ -124,8 +128,23 @@ EVICTING_CLEARS = ("idle_clear", "purge")
 CHECKPOINT_MARKS = (CHECKPOINT_CREATED, CHECKPOINT_RESTORED, CHECKPOINT_EVICT, CHECKPOINT_NONE)
 
 
-class EventSchemaError(SlotlabError, ValueError):
-    """An event whose kind is unknown or whose data does not match its kind's payload class."""
+class _Unset:
+    """The value of a field the event's source did not report (falsy; not written to JSON)."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self):
+        return "UNSET"
+
+
+#: a field the source did not report (see the module's conventions)
+UNSET = _Unset()
 
 
 # ---------------------------------------------------------------------------------------------- base
@@ -135,12 +154,15 @@ REGISTRY: dict[str, type["Payload"]] = {}
 
 @dataclass(frozen=True, kw_only=True)
 class Payload:
-    """Base of every payload. `KINDS`: the kinds this class describes; `FAMILY`: its family."""
+    """Base of every payload. `KINDS`: the kinds this class describes (one); `KIND`: that kind;
+    `FAMILY`: its family."""
 
     KINDS: ClassVar[tuple[str, ...]] = ()
+    KIND: ClassVar[str] = ""
     FAMILY: ClassVar[str] = ""
+    _JSON: ClassVar[tuple[str, ...]] = ()  # the public field names, in order (set when the class is made)
 
-    func: Optional[str] = None
+    func: Optional[str] = UNSET
     """The server function whose log line the event's `message` is (`alloc`, `load`, `update`,
     `prompt_save`): set by the RAM cache's events; `Event.log_line()` prints it."""
 
@@ -150,6 +172,100 @@ class Payload:
             if k in REGISTRY and REGISTRY[k] is not cls:
                 raise TypeError(f"event kind {k!r} is described twice: {REGISTRY[k].__name__} and {cls.__name__}")
             REGISTRY[k] = cls
+            cls.KIND = k
+
+    def as_dict(self) -> dict:
+        """The reported fields (not UNSET, not private) as a dict, values as they are."""
+        out = {}
+        for k in self._JSON:
+            v = getattr(self, k)
+            if v is not UNSET:
+                out[k] = v
+        return out
+
+    def to_json(self) -> dict:
+        """`as_dict()` as plain JSON values (tuples as lists, numpy numbers as Python ones, nested
+        payload parts such as `Held` as dicts)."""
+        out = {}
+        for k in self._JSON:
+            v = getattr(self, k)
+            if v is not UNSET:
+                out[k] = plain(v)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """A typed part of a payload (e.g. `SlotDecision.held`): serialized as a dict, in field order."""
+
+    _JSON: ClassVar[tuple[str, ...]] = ()
+
+    as_dict = Payload.as_dict
+    to_json = Payload.to_json
+
+
+def plain(v: Any) -> Any:
+    """`v` as a JSON value: numpy scalars as Python numbers, tuples as lists, dicts with str keys, a
+    `Payload` / `Part` as its dict, a token array of up to 64 as a list (longer: `<N tokens>`)."""
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (Payload, Part)):
+        return v.to_json()
+    if isinstance(v, np.ndarray):
+        return v.tolist() if v.size <= 64 else f"<{v.size} tokens>"
+    return repr(v)
+
+
+def _json_fields(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+
+
+# ---------------------------------------------------------------------------------------------- parts
+
+@dataclass(frozen=True, kw_only=True)
+class Held(Part):
+    """What the server held that shares a prefix with a new prompt (`SlotDecision.held`)."""
+    where: str
+    """`slot` or `entry`."""
+    id: int
+    """The slot's id or the RAM-cache entry's id."""
+    lcp: int
+    """Common prefix with the prompt, in tokens."""
+    n_held: int
+    """Tokens it held."""
+    prompt_text: str
+    """A few tokens of the prompt on each side of the divergence ("" from a log reader)."""
+    held_text: str
+    """The same span of what was held."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lost(Part):
+    """Content dropped lately that shares a prefix with a new prompt (`SlotDecision.lost`)."""
+    where: str
+    """`slot` or `entry`."""
+    id: int
+    """The slot's id or the entry's id."""
+    reason: str
+    """The `slot_clear` / `cache_evict` reason, or `overwritten` (another prompt took the slot)."""
+    seq: int
+    """Seq of the event that dropped it."""
+    lcp: int
+    """Common prefix with the prompt, in tokens."""
+    n_held: int
+    """Tokens it held."""
+    prompt_text: str
+    """A few tokens of the prompt on each side of the divergence."""
+    held_text: str
+    """The same span of what was dropped."""
+    by_task: Optional[int] = UNSET
+    """The task whose prompt overwrote it (`overwritten` only)."""
 
 
 def _family(name: str):
@@ -170,9 +286,9 @@ class InitEvent(Payload):
 class CacheInit(InitEvent):
     """The RAM prompt cache at start: enabled (limits given) or disabled (`--cache-ram 0`, no fields)."""
     KINDS = (CACHE_INIT,)
-    limit_size: Optional[int] = None
+    limit_size: Optional[int] = UNSET
     """Byte limit (0 = none, i.e. `--cache-ram -1`); absent when the cache is disabled."""
-    limit_tokens: Optional[int] = None
+    limit_tokens: Optional[int] = UNSET
     """Token limit (the context's n_ctx); absent when the cache is disabled."""
 
 
@@ -363,24 +479,24 @@ class SlotDecision(SelectionEvent):
     """True: a RAM entry was restored; False: the restore failed; None: nothing loaded."""
     id_requested: int
     """The slot the request asked for (`id_slot`; -1: any)."""
-    f_keep_best: Optional[float] = None
-    """Winning entry's f_keep (only when `load` is True)."""
-    f_sim_best: Optional[float] = None
-    """Winning entry's f_sim (only when `load` is True)."""
-    f_keep_base: Optional[float] = None
-    """The slot's own f_keep it had to beat (only when `load` is True)."""
-    held: Optional[dict] = None
-    """At arrival, the longest common prefix with anything held: `{where: slot|entry, id, lcp, n_held,
-    prompt_text, held_text}` (texts: a few tokens on each side of the divergence); None when nothing
-    shares a token. Facts for `slotlab.explain`; they decide nothing."""
-    lost: Optional[dict] = None
-    """The same against content dropped lately (a cleared slot, an evicted entry), plus `reason` and
-    the `seq` of the event that dropped it."""
-    checks: Optional[list] = None
+    held: Optional[Held] = UNSET
+    """At arrival, the longest common prefix with anything held (a `Held`); None when nothing shares a
+    token. Facts for `slotlab.explain`; they decide nothing."""
+    lost: Optional[Lost] = UNSET
+    """The same against content dropped lately (a cleared slot, an evicted entry): a `Lost`, which adds
+    the drop's `reason` and the `seq` of the event that dropped it; None when nothing dropped shares a
+    token; UNSET from a source that does not track drops (a log reader)."""
+    checks: Optional[list] = UNSET
     """Step B's scan as (id_slot, skipped, lcp, f_sim): `skipped` is `is_processing`, `empty` or None."""
-    sps: Optional[float] = None
+    sps: Optional[float] = UNSET
     """`-sps` as the log's similarity lines print it (`> 0.900 thold`): a log reader's only source of it,
-    since the server does not print the flag at start. The engine leaves it None (its `init` has it)."""
+    since the server does not print the flag at start. The engine leaves it UNSET (its `init` has it)."""
+    f_keep_best: Optional[float] = UNSET
+    """Winning entry's f_keep (only when `load` is True)."""
+    f_sim_best: Optional[float] = UNSET
+    """Winning entry's f_sim (only when `load` is True)."""
+    f_keep_base: Optional[float] = UNSET
+    """The slot's own f_keep it had to beat (only when `load` is True)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -709,15 +825,15 @@ class PromptPlan(PromptEvent):
     """First position where the prompt differs from what the slot held (-1: none)."""
     div_text: str
     """The prompt's token at that position, as text ("" when none)."""
-    checkpoints: Optional[list] = None
+    checkpoints: Optional[list] = UNSET
     """The slot's checkpoints before the rewind decision, as (pos_min, pos_max, n_tokens)."""
-    pos_min: Optional[int] = None
+    pos_min: Optional[int] = UNSET
     """The slot memory's pos_min when the rewind was decided (None when not needed)."""
-    pos_min_thold: Optional[int] = None
+    pos_min_thold: Optional[int] = UNSET
     """`max(0, pos_next - n_swa ...)`: pos_min at or above it means a cut-back needs a checkpoint."""
-    cache_prompt: Optional[bool] = None
+    cache_prompt: Optional[bool] = UNSET
     """The request's `cache_prompt`."""
-    n_cache_reuse: Optional[int] = None
+    n_cache_reuse: Optional[int] = UNSET
     """The request's effective `--cache-reuse` chunk size (0: off)."""
 
 
@@ -907,6 +1023,9 @@ class Decode(DecodeEvent):
     """Of which prompt tokens."""
     ms: float
     """Wall time of the decode, milliseconds."""
+    _steps: Optional[int] = None
+    """Decode steps this one event stands for (the simulator's fast-forward folds several; None: one).
+    Private: not serialized."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1090,7 +1209,7 @@ class ClientCall(ConversationEvent):
     """The client's fix (slotlab.conversation.ADVICE; never a server flag)."""
 
 
-# ---------------------------------------------------------------------------------------------- registry and validation
+# ---------------------------------------------------------------------------------------------- registry
 
 def _all_kinds_in_module() -> dict[str, str]:
     return {v: k for k, v in globals().items() if k.isupper() and isinstance(v, str) and not k.startswith("_")}
@@ -1101,64 +1220,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {}
 for _k, _cls in REGISTRY.items():
     FAMILIES.setdefault(_cls.FAMILY, ())
     FAMILIES[_cls.FAMILY] += (_k,)
-
-_ALLOWED: dict[str, frozenset[str]] = {}
-_REQUIRED: dict[str, frozenset[str]] = {}
-for _k, _cls in REGISTRY.items():
-    _fs = dataclasses.fields(_cls)
-    _ALLOWED[_k] = frozenset(f.name for f in _fs)
-    _REQUIRED[_k] = frozenset(f.name for f in _fs if f.default is dataclasses.MISSING
-                              and f.default_factory is dataclasses.MISSING)
-del _k, _cls, _fs
-
-
-def fields_of(kind: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(required, allowed) field names of `kind` (KeyError for an unknown kind)."""
-    return _REQUIRED[kind], _ALLOWED[kind]
-
-
-def validate(kind: str, data: dict) -> list[str]:
-    """The problems of `data` as the payload of `kind`: unknown kind, missing fields, unexpected
-    fields (keys starting with `_` are private and not checked). Empty list: it matches."""
-    allowed = _ALLOWED.get(kind)
-    if allowed is None:
-        return [f"unknown event kind {kind!r} (not in slotlab.engine.event_types)"]
-    keys = data.keys()
-    required = _REQUIRED[kind]
-    if required <= keys and keys <= allowed:
-        return []
-    keys = {k for k in keys if not k.startswith("_")}
-    out = []
-    missing = required - keys
-    if missing:
-        out.append(f"{kind}: missing field(s) {', '.join(sorted(missing))}")
-    extra = keys - allowed
-    if extra:
-        out.append(f"{kind}: unexpected field(s) {', '.join(sorted(extra))}")
-    return out
-
-
-def check(kind: str, data: dict) -> None:
-    """`validate`, raising `EventSchemaError` (naming the payload class) when anything is wrong."""
-    problems = validate(kind, data)
-    if problems:
-        cls = REGISTRY.get(kind)
-        where = f" (schema: {__name__}.{cls.__name__})" if cls is not None else ""
-        raise EventSchemaError("; ".join(problems) + where)
-
-
-def payload(event) -> Payload:
-    """The typed payload of `event` (anything with `.kind` and `.data`): an instance of
-    `REGISTRY[event.kind]`. Raises `EventSchemaError` for an unknown kind or a mismatching payload."""
-    cls = REGISTRY.get(event.kind)
-    if cls is None:
-        raise EventSchemaError(validate(event.kind, {})[0])
-    try:
-        return cls(**event.data)
-    except TypeError:
-        data = {k: v for k, v in event.data.items() if not k.startswith("_")}
-        check(event.kind, data)
-        return cls(**data)
+for _cls in (*REGISTRY.values(), Held, Lost):
+    _cls._JSON = _json_fields(_cls)
+del _k, _cls
 
 
 # ---------------------------------------------------------------------------------------------- retention
@@ -1180,7 +1244,7 @@ class Retain:
 
 
 def _entry_id(e) -> Hashable:
-    return e.data.get("entry_id")
+    return e.payload.entry_id
 
 
 def _slot(e) -> Hashable:
@@ -1223,8 +1287,8 @@ RETAIN: tuple[Retain, ...] = (
     Retain("client_calls", (CLIENT_CALL,), keep=TIMELINE_KEEP),
     Retain("timeline_done", (TASK_DONE,), keep=TIMELINE_KEEP),
     Retain("evictions", (CACHE_EVICT, SLOT_CLEAR), keep=EVICTIONS_KEEP,
-           when=lambda e: e.kind == CACHE_EVICT or (e.data.get("reason") in EVICTING_CLEARS
-                                                      and e.data.get("n_tokens", 0) > 0)),
+           when=lambda e: e.kind == CACHE_EVICT or (e.payload.reason in EVICTING_CLEARS
+                                                      and e.payload.n_tokens > 0)),
 )
 
 

@@ -3,30 +3,26 @@
 Every decision the engine makes is one immutable `Event`, emitted at the exact point of mutation,
 carrying the server's own log text in `message` (so a real `llama-server -lv 4` log can be read side
 by side), a level (ERR/WRN/INF/TRC/DBG as the server would print it), the slot and task, and the
-numbers behind the decision in `data`. The panel, the replay report, metrics and the time slider are
-folds over this one stream.
+numbers behind the decision in `payload`: an instance of its kind's class in
+`slotlab.engine.event_types`, built by the producer (`bus.emit(T.Decode(off=0, ...), "", slot=1)`), so
+a wrong field fails where the event is made and readers read attributes. The panel, the replay
+report, metrics and the time slider are folds over this one stream.
 
-The schema of each kind's `data` is `slotlab.engine.event_types` (kind constants, one payload class per
-kind, `validate`). The bus checks every emit against it when strict (`EventBus(strict=True)` or env
-`SLOTLAB_STRICT_EVENTS=1`); otherwise a mismatch is logged once per kind. The log is bounded; what the
-trimmed part defined (slots, RAM-cache entries, recent history) is retained, so `replay()` still
-rebuilds the current picture for a view attached late. A subscriber that raises is logged (logger
-`slotlab.events`, with its traceback), counted and kept in `errors` / `last_error`; the other
-subscribers and the engine go on."""
+The log is bounded; what the trimmed part defined (slots, RAM-cache entries, recent history) is
+retained, so `replay()` still rebuilds the current picture for a view attached late. A subscriber
+that raises is logged (logger `slotlab.events`, with its traceback), counted and kept in `errors` /
+`last_error`; the other subscribers and the engine go on."""
 
 from __future__ import annotations
 
 import collections
 import json
 import logging
-import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
-
-import numpy as np
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple
 
 from slotlab.engine import event_types as _types
 
@@ -44,42 +40,24 @@ class Event:
     message: str  # the server's log text for this step ("" where the server logs nothing)
     slot: int = -1
     task: int = -1
-    data: dict = field(default_factory=dict)
+    payload: _types.Payload = None  # an instance of event_types.REGISTRY[kind]
+
+    @property
+    def data(self) -> dict:
+        """The payload's reported fields as a dict (`payload.as_dict()`): for tables, notebooks and
+        older code. Views read the payload's attributes."""
+        return self.payload.as_dict()
 
     def log_line(self) -> str:
         """The line as llama-server prints it: `slot <func>: id  N | task T | msg` or `srv  <func>: msg`."""
-        func = str(self.data.get("func", self.kind))[:12]
+        func = str(self.payload.func or self.kind)[:12]
         if self.slot >= 0:
             return f"slot {func:>12}: id {self.slot:2d} | task {self.task} | {self.message}"
         return f"srv  {func:>12}: {self.message}"
 
-    def payload(self) -> "_types.Payload":
-        """The typed view of `data` (`event_types.REGISTRY[kind]`); raises EventSchemaError on a mismatch."""
-        return _types.payload(self)
-
     def to_json(self) -> dict:
         return {"seq": self.seq, "t": round(self.t, 6), "kind": self.kind, "level": self.level,
-                "slot": self.slot, "task": self.task, "message": self.message,
-                "data": {k: _plain(v) for k, v in self.data.items() if not k.startswith("_")}}
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (np.floating, np.integer)):
-        return v.item()
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, np.ndarray):
-        return v.tolist() if v.size <= 64 else f"<{v.size} tokens>"
-    return repr(v)
-
-
-def strict_from_env() -> bool:
-    """`SLOTLAB_STRICT_EVENTS=1` (or true/yes): buses created without `strict=` check every emit."""
-    return os.environ.get("SLOTLAB_STRICT_EVENTS", "").strip().lower() in ("1", "true", "yes", "on")
+                "slot": self.slot, "task": self.task, "message": self.message, "data": self.payload.to_json()}
 
 
 @dataclass(frozen=True)
@@ -119,28 +97,22 @@ class EventBus:
     snapshot of each slot, live RAM-cache entries, the cache gauges, recent history) are kept, and
     `replay()` returns them with the log. `dropped` counts, per kind, the events that are gone.
 
-    `strict`: check every emit against `event_types` and raise `EventSchemaError` on a mismatch (None:
-    from env `SLOTLAB_STRICT_EVENTS`). Not strict: the first mismatch of each kind is logged and kept
-    in `schema_problems`, and the event is emitted anyway.
-
     Subscribers run in the emitting thread, after the event is logged. One that raises is logged
     (logger `slotlab.events`, with the traceback: the first 20, then every 1000th), counted in
     `n_errors`, kept in `errors` (the last 50) / `last_error`; the others still get the event."""
 
-    def __init__(self, max_log: int | None = 200_000, *, strict: bool | None = None, trim_chunk: int | None = None):
+    def __init__(self, max_log: int | None = 200_000, *, trim_chunk: int | None = None):
         self._subs: list[Callable[[Event], None]] = []
         self._n = 0
         self._t0 = time.perf_counter()
         self._lock = threading.Lock()
         self.max_log = max_log
         self.trim_chunk = max(1, trim_chunk if trim_chunk is not None else (max_log or 0) // 50)
-        self.strict = strict_from_env() if strict is None else bool(strict)
         self.log: list[Event] = []
         self.n_trimmed = 0
         self.dropped: collections.Counter = collections.Counter()
         self.errors: collections.deque[SubscriberError] = collections.deque(maxlen=50)
         self.n_errors = 0
-        self.schema_problems: dict[str, str] = {}
         self._rules: dict[str, list] = {}
         self._until: dict[str, list] = {}
         for r in _types.RETAIN:
@@ -157,14 +129,11 @@ class EventBus:
         self._subs.append(fn)
         return lambda: self._subs.remove(fn) if fn in self._subs else None
 
-    def emit(self, kind: str, message: str = "", *, level: str = "TRC", slot: int = -1, task: int = -1,
-             **data: Any) -> Event:
-        if _types.validate(kind, data):
-            if self.strict:
-                _types.check(kind, data)
-            self._schema_problem(kind, data)
+    def emit(self, payload: _types.Payload, message: str = "", *, level: str = "TRC", slot: int = -1,
+             task: int = -1) -> Event:
+        """Log and deliver the event whose numbers are `payload` (its class gives the kind)."""
         with self._lock:
-            ev = Event(self._n, time.perf_counter() - self._t0, kind, level, message, slot, task, data)
+            ev = Event(self._n, time.perf_counter() - self._t0, payload.KIND, level, message, slot, task, payload)
             self._n += 1
             self.log.append(ev)
             if self.max_log is not None and len(self.log) > self.max_log:
@@ -207,13 +176,6 @@ class EventBus:
         if n <= LOG_FIRST_ERRORS or n % 1000 == 0:
             more = " (further ones: every 1000th is logged)" if n == LOG_FIRST_ERRORS else ""
             log.error("%s; the engine goes on (%d subscriber error(s) so far%s)", err, n, more, exc_info=exc)
-
-    def _schema_problem(self, kind: str, data: dict) -> None:
-        if kind in self.schema_problems:
-            return
-        text = "; ".join(_types.validate(kind, data))
-        self.schema_problems[kind] = text
-        log.warning("event does not match slotlab.engine.event_types: %s", text)
 
     # ------------------------------------------------------------------ trimming and retention
 

@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from slotlab.engine.event_types import UNSET, Held, Lost
 from slotlab.engine.tokens import common_prefix
 
 
@@ -66,7 +67,7 @@ def _snippet(vocab, tokens, d: int, k: int = 6) -> str:
     return vocab.detokenize(tokens[max(0, d - k):d + k]) if len(tokens) else ""
 
 
-def held_prefix(toks: np.ndarray, slots, slot_lcps: list[int], cache, dropped, vocab) -> tuple[dict | None, dict | None]:
+def held_prefix(toks: np.ndarray, slots, slot_lcps: list[int], cache, dropped, vocab) -> tuple[Held | None, Lost | None]:
     """What the server held for prompt `toks` when it arrived: the longest common prefix with any slot
     (`slot_lcps`, one per slot, computed by the caller) or RAM-cache entry (`held`), and with anything
     dropped lately (`lost`: a cleared slot, an evicted entry), each with where it was and the text on
@@ -83,13 +84,12 @@ def held_prefix(toks: np.ndarray, slots, slot_lcps: list[int], cache, dropped, v
         return {"lcp": int(lcp), "n_held": int(len(held_toks)), "prompt_text": _snippet(vocab, toks, lcp),
                 "held_text": _snippet(vocab, held_toks, lcp)}
 
-    h = None if held is None or held[0] == 0 else {"where": held[1], "id": held[2], **side(held[0], held[3])}
+    h = None if held is None or held[0] == 0 else Held(where=held[1], id=held[2], **side(held[0], held[3]))
     lo = None
     if lost is not None and lost[0] > 0:
         d = lost[1]
-        lo = {"where": d.where, "id": d.id, "reason": d.reason, "seq": d.seq, **side(lost[0], d.tokens)}
-        if d.by_task is not None:
-            lo["by_task"] = d.by_task
+        lo = Lost(where=d.where, id=d.id, reason=d.reason, seq=d.seq, **side(lost[0], d.tokens),
+                  by_task=UNSET if d.by_task is None else d.by_task)
     return h, lo
 
 

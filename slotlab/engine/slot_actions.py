@@ -60,8 +60,8 @@ class SlotActions:
             has_dft = self.memory.info.has_draft and len(slot.tokens)
             draft_state = self.memory.state_get(slot.id, draft=True) if has_dft else b""
             n_app = slot_file.write_appendices(path, slot.checkpoints, draft_state)
-        self.emit(T.SLOT_SAVED, "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(slot.tokens),
-                  n_bytes=n, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints) if n_app else 0)
+        self.emit(T.SlotSaved(filename=task.filename, n_tokens=len(slot.tokens), n_bytes=n, n_bytes_appendix=n_app,
+                              n_checkpoints=len(slot.checkpoints) if n_app else 0), "", slot=slot, task=task.id)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_saved": len(slot.tokens),
                             "n_written": n, "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
 
@@ -87,13 +87,13 @@ class SlotActions:
         if self.appendices:
             app = slot_file.read_appendices(path, nread)
             for note in app.notes:
-                self.emit(T.SLOT_APPENDIX_SKIPPED, note, level="WRN", slot=slot, task=task.id)
+                self.emit(T.SlotAppendixSkipped(), note, level="WRN", slot=slot, task=task.id)
             slot.checkpoints = app.checkpoints
             n_app = app.n_bytes
             if self.memory.info.has_draft:
                 self._restore_draft(slot, task, app)
-        self.emit(T.SLOT_RESTORED, "", slot=slot, task=task.id, filename=task.filename, n_tokens=len(tokens),
-                  n_bytes=nread, n_bytes_appendix=n_app, n_checkpoints=len(slot.checkpoints))
+        self.emit(T.SlotRestored(filename=task.filename, n_tokens=len(tokens), n_bytes=nread, n_bytes_appendix=n_app,
+                                 n_checkpoints=len(slot.checkpoints)), "", slot=slot, task=task.id)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_restored": len(tokens),
                             "n_read": nread, "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
 
@@ -105,7 +105,8 @@ class SlotActions:
             ok = mem.state_set(ck[-1].data_dft, slot.id, draft=True, partial=True) == len(ck[-1].data_dft)
             self._draft_seq_rm(slot.id)
             if not ok:
-                self.emit(T.SLOT_DRAFT_DROPPED, f"draft context checkpoint data in '{task.filename}' does not match the "
+                self.emit(T.SlotDraftDropped(),
+                          f"draft context checkpoint data in '{task.filename}' does not match the "
                           "draft context - dropped", level="WRN", slot=slot, task=task.id)
                 for c in ck:
                     c.data_dft = b""
@@ -114,7 +115,7 @@ class SlotActions:
             self._draft_seq_rm(slot.id)
             if mem.state_set(app.draft_state, slot.id, draft=True) != len(app.draft_state):
                 self._draft_seq_rm(slot.id)
-                self.emit(T.SLOT_DRAFT_DROPPED, f"draft state in '{task.filename}' does not match the draft context - "
+                self.emit(T.SlotDraftDropped(), f"draft state in '{task.filename}' does not match the draft context - "
                           "dropped", level="WRN", slot=slot, task=task.id)
 
     def _draft_seq_rm(self, seq: int) -> None:

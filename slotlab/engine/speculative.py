@@ -39,7 +39,7 @@ class Speculative:
         if len(out) < self.n_min:
             out = []
         if out:
-            self.emit(T.SPEC_DRAFT, f"drafted {len(out)} tokens", level="DBG", slot=slot, n_draft=len(out))
+            self.emit(T.SpecDraft(n_draft=len(out)), f"drafted {len(out)} tokens", level="DBG", slot=slot)
         return out
 
     def process(self, batch, off: int, n: int) -> int:
@@ -68,8 +68,8 @@ class Speculative:
         if keep < len(slot.tokens):
             require_seq_rm(self.memory, slot.id, keep, -1)
             slot.tokens.keep_first(keep)
-        self.emit(T.SPEC_VERIFY, f"accepted {accepted}/{len(draft)} draft tokens", level="DBG", slot=slot,
-                  n_draft=len(draft), n_accepted=accepted)
+        self.emit(T.SpecVerify(n_draft=len(draft), n_accepted=accepted),
+                  f"accepted {accepted}/{len(draft)} draft tokens", level="DBG", slot=slot)
         slot.spec_draft = []
         slot.i_batch = -1
         return len(draft), accepted

@@ -45,7 +45,7 @@ class TaskQueue:
     def defer(self, task: Task, why: str) -> None:
         task.state = TaskState.DEFERRED
         self.deferred.append(task)
-        self.emit(T.TASK_DEFERRED, f"{why}, defer task, id_task = {task.id}", level="DBG", task=task.id)
+        self.emit(T.TaskDeferred(), f"{why}, defer task, id_task = {task.id}", level="DBG", task=task.id)
 
     def pop_deferred_task(self, id_slot: int) -> None:
         """On a release: ONE deferred task back to the front (SQ:90-113)."""
@@ -56,7 +56,7 @@ class TaskQueue:
         self.deferred.remove(pick)
         pick.state = TaskState.QUEUED
         self.queue.appendleft(pick)
-        self.emit(T.TASK_UNDEFERRED, "", task=pick.id, id_slot=id_slot)
+        self.emit(T.TaskUndeferred(id_slot=id_slot), "", task=pick.id)
 
     def cancel(self, task: Task) -> None:
         """Drop a queued or deferred task at once; a running one is cancelled at the next step."""

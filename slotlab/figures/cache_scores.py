@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from slotlab.engine import event_types as T
 from slotlab.engine.prompt_cache import F_KEEP_FLOOR, EntryScore, LoadResult
 from slotlab.figures import png
 
@@ -39,7 +40,9 @@ def load_result(src) -> LoadResult:
     kept in events, so `entry` is None and `winner` marks the choice."""
     if isinstance(src, LoadResult):
         return src
-    data = getattr(src, "data", src)
+    data = getattr(src, "payload", src)
+    if isinstance(data, T.CacheLoadScores):
+        data = data.as_dict()
     if not isinstance(data, dict) or "scores" not in data:
         raise TypeError(f"need a LoadResult or a cache_load_scores event, not {type(src).__name__}")
     f = np.float32

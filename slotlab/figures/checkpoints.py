@@ -141,12 +141,12 @@ _HOLDERS = (T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_LOADED, T.SLOT_CLEAR, T.SLOT_R
 
 
 def _n_tokens_after(e) -> int:
-    d = e.data
+    d = e.payload
     if e.kind == T.TASK_DONE:
-        return int(d["tokens_cached"])
+        return int(d.tokens_cached)
     if e.kind == T.SLOT_CLEAR:
         return 0
-    return int(d["n_tokens"])
+    return int(d.n_tokens)
 
 
 def _n_swa(engine) -> int:
@@ -155,7 +155,7 @@ def _n_swa(engine) -> int:
         return int(info.n_swa)
     for e in engine.events.log:
         if e.kind == T.INIT:
-            return int(e.data.get("n_swa", 0))
+            return int(e.payload.n_swa)
     return 0
 
 
@@ -166,20 +166,20 @@ def rewind(engine, task: int | None = None) -> Rewind:
     if not plans:
         raise ValueError(f"no prompt_plan event for task {task}")
     p = plans[-1]
-    d = p.data
+    d = p.payload
     n_held = 0
     for e in log:
         if e.seq >= p.seq:
             break
         if e.slot == p.slot and e.kind in _HOLDERS:
             n_held = _n_tokens_after(e)
-    shifted = sum(b - a for a, b, _, _ in d.get("shifts") or [])
-    pos_next = d["lcp"] + shifted if d.get("cache_prompt", True) else 0
-    return Rewind(task=p.task, slot=p.slot, n_held=n_held, n_prompt=d["n_prompt"], lcp=d["lcp"], pos_next=pos_next,
-                  n_past=d["n_past"], n_swa=_n_swa(engine), pos_min=d.get("pos_min"),
-                  pos_min_thold=d.get("pos_min_thold") or 0, mode=d.get("ckpt"),
-                  checkpoints=[tuple(c) for c in d.get("checkpoints") or []],
-                  shifts=[tuple(x) for x in d.get("shifts") or []])
+    shifted = sum(b - a for a, b, _, _ in d.shifts or [])
+    pos_next = d.lcp + shifted if d.cache_prompt is not False else 0  # UNSET (a log): on
+    return Rewind(task=p.task, slot=p.slot, n_held=n_held, n_prompt=d.n_prompt, lcp=d.lcp, pos_next=pos_next,
+                  n_past=d.n_past, n_swa=_n_swa(engine), pos_min=None if d.pos_min is T.UNSET else d.pos_min,
+                  pos_min_thold=d.pos_min_thold or 0, mode=d.ckpt,
+                  checkpoints=[tuple(c) for c in d.checkpoints or []],
+                  shifts=[tuple(x) for x in d.shifts or []])
 
 
 def draw(ax, r: Rewind, title: str | None = None) -> list:

@@ -78,27 +78,27 @@ def path(engine, task: int) -> dict[str, str]:
     for e in ev:
         first.setdefault(e.kind, e)
     out = {s.key: "" for s in STEPS}
-    n_prompt = next((e.data["n_prompt"] for e in ev if e.kind == T.PROMPT_PLAN), None)
+    n_prompt = next((e.payload.n_prompt for e in ev if e.kind == T.PROMPT_PLAN), None)
     out["request"] = f"task {task}" + (f": {n_prompt} prompt tokens" if n_prompt is not None else "")
     d = first.get(T.SLOT_DECISION)
     if d is not None:
-        how = {"id": "by id_slot", "lcp": "by LCP similarity", "lru": "by LRU"}.get(d.data["how"], str(d.data["how"]))
-        sim = f", f_sim {d.data['f_sim']:.3f}" if d.data["how"] == "lcp" else ""
+        how = {"id": "by id_slot", "lcp": "by LCP similarity", "lru": "by LRU"}.get(d.payload.how, str(d.payload.how))
+        sim = f", f_sim {d.payload.f_sim:.3f}" if d.payload.how == "lcp" else ""
         out["slot"] = f"slot {d.slot} {how}{sim}"
-        if not d.data["update_cache"]:
-            keep = d.data.get("f_keep")
+        if not d.payload.update_cache:
+            keep = d.payload.f_keep
             out["cache"] = "skipped: the slot is kept" + (f" (f_keep {keep:.3f} >= 0.5)" if keep is not None else "")
-    saved = [e for e in ev if e.kind == T.CACHE_ALLOC and e.data.get("id_slot") == (d.slot if d else -2)]
+    saved = [e for e in ev if e.kind == T.CACHE_ALLOC and e.payload.id_slot == (d.slot if d else -2)]
     loaded = first.get(T.CACHE_LOADED)
-    if d is not None and d.data["update_cache"]:
-        parts = [f"saved {saved[0].data['n_tokens']} tokens as entry #{saved[0].data['entry_id']}" if saved
+    if d is not None and d.payload.update_cache:
+        parts = [f"saved {saved[0].payload.n_tokens} tokens as entry #{saved[0].payload.entry_id}" if saved
                  else "nothing to save"]
-        parts.append(f"loaded entry #{loaded.data['entry_id']} ({loaded.data['n_tokens']} tokens)" if loaded
+        parts.append(f"loaded entry #{loaded.payload.entry_id} ({loaded.payload.n_tokens} tokens)" if loaded
                      else "no entry loaded")
         out["cache"] = "; ".join(parts)
     plan = first.get(T.PROMPT_PLAN)
     if plan is not None:
-        out["n_past"] = f"common prefix {plan.data['lcp']}"
+        out["n_past"] = f"common prefix {plan.payload.lcp}"
     shifts = [e for e in ev if e.kind == T.CACHE_REUSE_SHIFT]
     if shifts:
         out["shift"] = f"{len(shifts)} chunk(s) shifted"
@@ -108,24 +108,24 @@ def path(engine, task: int) -> dict[str, str]:
         out["shift"] = "none"
     r = first.get(T.CHECKPOINT_RESTORED)
     if r is not None:
-        out["checkpoint"] = f"restored [{r.data['pos_min']}, {r.data['pos_max']}]: n_past {r.data['n_past']}"
+        out["checkpoint"] = f"restored [{r.payload.pos_min}, {r.payload.pos_max}]: n_past {r.payload.n_past}"
     elif T.CHECKPOINT_NONE in kinds:
         out["checkpoint"] = "none usable: full re-processing, n_past 0"
     elif plan is not None:
         out["checkpoint"] = "not needed"
     res = getattr(getattr(engine, "tasks", {}).get(task), "result", None) if hasattr(engine, "tasks") else None
-    created = [e.data["n_tokens"] for e in ev if e.kind == T.CHECKPOINT_CREATED]
+    created = [e.payload.n_tokens for e in ev if e.kind == T.CHECKPOINT_CREATED]
     if res is not None:
         t = res["timings"]
         out["n_past"] += f" -> cache_n {t['cache_n']}" if out["n_past"] else ""
         out["prefill"] = f"{t['prompt_n']} tokens prefilled" + (f", checkpoints at {created}" if created else "")
     if T.SLOT_RELEASE in kinds:
         rel = first[T.SLOT_RELEASE]
-        out["release"] = f"slot {rel.slot} idle with {rel.data['n_tokens']} tokens"
+        out["release"] = f"slot {rel.slot} idle with {rel.payload.n_tokens} tokens"
     after = _after_launch(engine, task)
     idle = [e for e in after if e.kind == T.IDLE_SLOT_SAVED]
-    clears = [e for e in after if e.kind == T.SLOT_CLEAR and e.data.get("reason") == "idle_clear"
-              and e.data.get("n_tokens", 0) > 0]
+    clears = [e for e in after if e.kind == T.SLOT_CLEAR and e.payload.reason == "idle_clear"
+              and e.payload.n_tokens > 0]
     if idle or clears:
         out["idle"] = (f"after this launch: {len(idle)} idle slot(s) saved" +
                        (f", {len(clears)} cleared" if clears else ""))

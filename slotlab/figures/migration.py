@@ -132,18 +132,18 @@ def timeline(events, names: dict | None = None) -> Timeline:
         tl.slots.append(sp)
 
     for e in events:
-        k, d = e.kind, e.data
+        k, d = e.kind, e.payload
         x = placed.get(e.seq, max(0.0, float(col)))
         if k in ("cache_update_begin", "task_launched"):
             idle_pending.clear()  # idle-slot saves follow a launch; a selection's save follows cache_update_begin
         if k == "init":
-            tl.n_slots, tl.kv_unified, tl.flags = d["n_slots"], bool(d["kv_unified"]), list(d.get("flags") or [])
+            tl.n_slots, tl.kv_unified, tl.flags = d.n_slots, bool(d.kv_unified), list(d.flags or [])
         elif k == "idle_slot_save":
             idle_pending.add(e.slot)
         elif k == "cache_alloc":
-            s = d["id_slot"]
+            s = d.id_slot
             src = open_slot.get(s)
-            conv = src.conv if src is not None else conv_of_task.get(d["id_task"], "?")
+            conv = src.conv if src is not None else conv_of_task.get(d.id_task, "?")
             kind = "idle_save" if s in idle_pending else "select_save"
             idle_pending.discard(s)
             lane = next((i for i, f in enumerate(lanes_free_at) if f is not None and f <= x), None)
@@ -151,24 +151,24 @@ def timeline(events, names: dict | None = None) -> Timeline:
                 lane = len(lanes_free_at)
                 lanes_free_at.append(None)
             lanes_free_at[lane] = None
-            sp = Span(lane, x, None, conv, entry_id=d["entry_id"], n_tokens=d["n_tokens"])
-            open_entry[d["entry_id"]] = sp
+            sp = Span(lane, x, None, conv, entry_id=d.entry_id, n_tokens=d.n_tokens)
+            open_entry[d.entry_id] = sp
             tl.entries.append(sp)
-            tl.moves.append(Move(x, kind, s, d["entry_id"], conv))
+            tl.moves.append(Move(x, kind, s, d.entry_id, conv))
         elif k == "cache_evict":
-            sp = open_entry.pop(d["entry_id"], None)
+            sp = open_entry.pop(d.entry_id, None)
             if sp is not None:
-                sp.x1, sp.end = x, d["reason"]
+                sp.x1, sp.end = x, d.reason
                 lanes_free_at[sp.lane] = x
         elif k == "cache_loaded":
-            ent = next((sp for sp in reversed(tl.entries) if sp.entry_id == d["entry_id"]), None)
+            ent = next((sp for sp in reversed(tl.entries) if sp.entry_id == d.entry_id), None)
             conv = ent.conv if ent is not None else "?"
             if ent is not None and ent.end == "loaded":  # the entry leaves the cache as it enters the slot
                 x = ent.x1
             close_slot(e.slot, x, "replaced")
             open_(e.slot, x, conv)
-            open_slot[e.slot].n_tokens = d["n_tokens"]
-            tl.moves.append(Move(x, "load", e.slot, d["entry_id"], conv))
+            open_slot[e.slot].n_tokens = d.n_tokens
+            tl.moves.append(Move(x, "load", e.slot, d.entry_id, conv))
         elif k == "task_launched":
             launch_x[e.task] = x
             if e.task in by_task:
@@ -177,7 +177,7 @@ def timeline(events, names: dict | None = None) -> Timeline:
             cur = open_slot.get(e.slot)
             if e.task in names:
                 conv = names[e.task]
-            elif cur is not None and d["n_past"] > 0 and 2 * d["n_past"] >= cur.n_tokens:
+            elif cur is not None and d.n_past > 0 and 2 * d.n_past >= cur.n_tokens:
                 conv = cur.conv  # it kept at least half of what the slot held: the same conversation
             else:
                 conv = next(letters)
@@ -188,13 +188,13 @@ def timeline(events, names: dict | None = None) -> Timeline:
                 lx = launch_x.get(e.task, x)
                 close_slot(e.slot, lx, "overwritten")
                 open_(e.slot, lx, conv)
-        elif k == "slot_clear" and d.get("n_tokens", 0) > 0:
-            close_slot(e.slot, x, d["reason"])
+        elif k == "slot_clear" and d.n_tokens > 0:
+            close_slot(e.slot, x, d.reason)
         elif k == "task_done":
             if e.slot in open_slot:
-                open_slot[e.slot].n_tokens = d["tokens_cached"]
+                open_slot[e.slot].n_tokens = d.tokens_cached
             if e.task in by_task:
-                by_task[e.task].cache_n, by_task[e.task].n_prompt = d["cache_n"], d["cache_n"] + d["prompt_n"]
+                by_task[e.task].cache_n, by_task[e.task].n_prompt = d.cache_n, d.cache_n + d.prompt_n
     tl.n_lanes = len(lanes_free_at)
     return tl
 

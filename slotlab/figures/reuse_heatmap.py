@@ -81,23 +81,23 @@ def outcomes(events) -> list[Outcome]:
             order.append(e.task)
         r = x.apply(e)
         if r is not None:
-            plans[e.task] = (e.slot, dict(e.data), r.miss)
+            plans[e.task] = (e.slot, e.payload, r.miss)
         if e.kind == "task_done":
-            done[e.task] = dict(e.data)
+            done[e.task] = e.payload
     out = []
     for t in order:
         if t not in plans or t not in done:
             continue  # a slot action, or a request that failed
         slot, plan, miss = plans[t]
-        cache_n = done[t]["cache_n"]
+        cache_n = done[t].cache_n
         lost = miss.lost if miss is not None else 0
-        origin = str(plan.get("origin", "slot"))
+        origin = str(plan.origin)
         if cache_n > 0 and cache_n >= lost:
             cat = ("RAM-cache hit" if origin.startswith("cache") else "file hit" if origin.startswith("file")
                    else "slot hit")
         else:
             cat = miss.cause if miss is not None else NEW
-        out.append(Outcome(t, slot, cache_n + done[t]["prompt_n"], cache_n, cat, origin, plan.get("ckpt") == "restored",
+        out.append(Outcome(t, slot, cache_n + done[t].prompt_n, cache_n, cat, origin, plan.ckpt == "restored",
                            lost))
     return out
 

@@ -97,7 +97,7 @@ class PanelState:
             self.timeline.apply(e)
         if k not in _FOLDED:
             return
-        p = T.payload(e)  # raises EventSchemaError on a malformed event: the panel reports it
+        p = e.payload
         if k == T.CLIENT_CALL:
             self._calls[e.task] = p
             while len(self._calls) > T.WHY_KEEP:
@@ -149,7 +149,7 @@ class PanelState:
             self.gauge = {x: getattr(p, x) for x in ("size", "n_tokens", "limit_size", "limit_tokens",
                                                      "limit_tokens_cur", "n_entries")}
         elif k == T.CACHE_LOAD_SCORES:
-            self.scores = {"task": e.task, "slot": e.slot, **e.data}
+            self.scores = {"task": e.task, "slot": e.slot, **p.as_dict()}
         elif k in T.CHECKPOINT_MARKS:
             self.ckpt_marks.append((e.seq, e.slot, k.removeprefix("checkpoint_"), getattr(p, "reason", None),
                                     getattr(p, "n_tokens", None), getattr(p, "pos_min", None),

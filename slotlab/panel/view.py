@@ -202,9 +202,6 @@ class Panel(w.VBox):
         if self.n_errors:
             parts.append(f"<span class='slotlab-error' style='color:#b00'>⚠ {self.n_errors} panel update error(s); "
                          f"last: {_esc(self.last_error)} (traceback: logger slotlab.panel)</span>")
-        if bus.schema_problems:
-            parts.append(f"<span class='slotlab-error' style='color:#b60'>⚠ events not matching the schema: "
-                         f"{_esc('; '.join(bus.schema_problems.values()))}</span>")
         value = " · ".join(parts)
         if self.status.value != value:
             self.status.value = value
@@ -434,7 +431,7 @@ class Panel(w.VBox):
                 continue
             if s != "(all)" and e.slot != int(s):
                 continue
-            if r != "(all)" and e.data.get("reason") != r:
+            if r != "(all)" and getattr(e.payload, "reason", None) != r:
                 continue
             out.append(f"<tr><td>{e.seq}</td><td>{e.level}</td><td>{_esc(e.kind)}</td><td>{e.slot if e.slot >= 0 else ''}"
                        f"</td><td>{e.task if e.task >= 0 else ''}</td><td><code>{_esc(e.message)}</code></td></tr>")

@@ -62,8 +62,8 @@ class Sleep:
             if not self.sleeping:
                 return
             with self.engine.locked() as core:
-                core.emit(T.LOG, "exiting sleeping state", level="INF", func="start_loop")
-                core.emit(T.LOG, "server is exiting sleeping state", level="INF", func="handle_sleeping_state")
+                core.emit(T.Log(func="start_loop"), "exiting sleeping state", level="INF")
+                core.emit(T.Log(func="handle_sleeping_state"), "server is exiting sleeping state", level="INF")
             self.sleeping = False
             self.t_last = time.monotonic()
 
@@ -86,9 +86,9 @@ class Sleep:
                 return
             if time.monotonic() - self.t_last < self.seconds:
                 return
-            core.emit(T.LOG, "entering sleeping state", level="INF", func="start_loop")
+            core.emit(T.Log(func="start_loop"), "entering sleeping state", level="INF")
             self.snapshot = self.picture(core) if self.picture else (dataclasses.replace(core.metrics), 0, 0, 0.0, 0)
-            core.emit(T.LOG, "server is entering sleeping state", level="INF", func="handle_sleeping_state")
+            core.emit(T.Log(func="handle_sleeping_state"), "server is entering sleeping state", level="INF")
             for s in core.slots:  # destroy() + load_model(): the slots come back empty
                 if len(s.tokens):
                     core.glue.prompt_clear(s, reason="sleep")

@@ -197,7 +197,7 @@ class FastForward:
             s.i_batch = -1
         met.tokens_predicted_total += k * b
         met.on_decode(core.slots, k)
-        core.emit(T.DECODE, "", off=0, n_tokens=k * b, n_prompt=0, ms=(time.perf_counter() - t0) * 1e3, _steps=k)
+        core.emit(T.Decode(off=0, n_tokens=k * b, n_prompt=0, ms=(time.perf_counter() - t0) * 1e3, _steps=k), "")
         core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k
@@ -317,12 +317,12 @@ class FastForward:
         for adds in plan[:k]:
             for s, a in adds:  # _process_prompt
                 p0 = len(s.tokens)
-                emit(T.PROMPT_SEQ_RM, f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
+                emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
                 s.tokens.extend(s.task.tokens[p0:p0 + a])
                 if s.stats.is_set():
                     s.stats.n_prompt_processed += a
                 n_prompt += a
-                emit(T.PROMPT_BATCH, "", slot=s, n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens)
+                emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
         for c_, (s, ch) in enumerate(zip(gen, chains)):
             s.tokens.extend([s.sampled] + ch[:k - 1])
             toks = ch[:k]
@@ -349,7 +349,7 @@ class FastForward:
         met.on_decode(core.slots, k)
         dt = time.perf_counter() - t0
         met.on_prompt(n_prompt, dt)
-        emit(T.DECODE, "", off=0, n_tokens=sum(sizes[:k]), n_prompt=n_prompt, ms=dt * 1e3, _steps=k)
+        emit(T.Decode(off=0, n_tokens=sum(sizes[:k]), n_prompt=n_prompt, ms=dt * 1e3, _steps=k), "")
         core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k

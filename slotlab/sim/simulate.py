@@ -160,10 +160,10 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
             if sz > peak[0]:
                 peak[0] = sz
         elif k == T.CACHE_EVICT:
-            evictions[ev.data.get("reason", "?")] += 1
+            evictions[ev.payload.reason] += 1
         elif k == T.SLOT_CLEAR:
-            if ev.data.get("n_tokens", 0) > 0:
-                clears[ev.data.get("reason", "?")] += 1
+            if ev.payload.n_tokens > 0:
+                clears[ev.payload.reason] += 1
 
     eng.events.subscribe(on_event)
     if listen is not None:

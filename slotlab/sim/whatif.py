@@ -327,14 +327,14 @@ def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None
     from slotlab.sim.traces import load_sim_trace
 
     tr = load_sim_trace(trace, limit=limit, time_scale=time_scale, model=model_flag(flags))
-    seen: list[tuple] = []  # (launches before it, kind, data) of the cache events
+    seen: list[tuple] = []  # (launches before it, kind, payload) of the cache events
     launches = [0]
 
     def listen(ev) -> None:
         if ev.kind == T.TASK_LAUNCHED:
             launches[0] += 1
         elif ev.kind in (T.CACHE_ALLOC, T.CACHE_EVICT):
-            seen.append((launches[0], ev.kind, ev.data))
+            seen.append((launches[0], ev.kind, ev.payload))
 
     res = simulate(tr, list(flags), speed=speed, profile=resolve_profile(profile), listen=listen)
     at = sorted(r["arrival"] + r["queue_wait"] for r in res.results if r["queue_wait"] is not None)
@@ -348,13 +348,13 @@ def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None
     for k, kind, d in seen:
         t = round(at[min(k, len(at) - 1)], 6) if at else 0.0
         if kind == T.CACHE_ALLOC:
-            size_of[d["entry_id"]] = d["size"]
-            held += d["size"]
-            saves.append((t, d["n_tokens"], d["size"]))
+            size_of[d.entry_id] = d.size
+            held += d.size
+            saves.append((t, d.n_tokens, d.size))
         else:
-            size = size_of.pop(d["entry_id"], d["size"])
+            size = size_of.pop(d.entry_id, d.size)
             held -= size
-            evictions.append((t, d.get("reason", "?"), d["n_tokens"], size))
+            evictions.append((t, d.reason, d.n_tokens, size))
         ts.append(t)
         hs.append(held)
     return CacheTimeline(label or " ".join(flags), list(flags), limit_bytes, ts, hs, saves, evictions, res.totals)

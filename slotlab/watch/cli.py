@@ -62,15 +62,15 @@ def command_url(command: list[str]) -> tuple[str, str | None]:
 
 def _printer(out):
     def show(ev) -> None:
-        k, d = ev.kind, ev.data
+        k, d = ev.kind, ev.payload
         line = None
         if k == T.TASK_DONE:
-            line = f"task {ev.task:>5} slot {ev.slot}: cache_n {d['cache_n']}, prompt_n {d['prompt_n']}, " \
-                   f"{d['predicted_n']} generated, slot holds {d['tokens_cached']}"
+            line = f"task {ev.task:>5} slot {ev.slot}: cache_n {d.cache_n}, prompt_n {d.prompt_n}, " \
+                   f"{d.predicted_n} generated, slot holds {d.tokens_cached}"
         elif k == T.TASK_ERROR:
-            line = f"task {ev.task:>5} error {d['code']}: {ev.message}"
+            line = f"task {ev.task:>5} error {d.code}: {ev.message}"
         elif k == T.CACHE_EVICT:
-            line = f"RAM cache: entry #{d['entry_id']} evicted ({d['reason']}, {d['n_tokens']} tokens)"
+            line = f"RAM cache: entry #{d.entry_id} evicted ({d.reason}, {d.n_tokens} tokens)"
         elif k == T.CACHE_LOADED:
             line = f"task {ev.task:>5} slot {ev.slot}: loaded from the RAM cache"
         elif k == T.CHECKPOINT_RESTORED:

@@ -236,16 +236,16 @@ class Watch:
             rd = self.reader
             rd.flush()
             bus = self.events
-            bus.emit(T.LOG, f"slotlab watch: new server life: {reason}", level="WRN")
+            bus.emit(T.Log(), f"slotlab watch: new server life: {reason}", level="WRN")
             for e in list(rd.entries):
-                bus.emit(T.CACHE_EVICT, f"slotlab watch: the server restarted: RAM-cache entry #{e.id} is gone",
-                         level="WRN", func="restart", reason="restart", entry_id=e.id, n_tokens=e.n_tokens,
-                         size=e.size)
+                bus.emit(T.CacheEvict(func="restart", reason="restart", entry_id=e.id, n_tokens=e.n_tokens,
+                                      size=e.size),
+                         f"slotlab watch: the server restarted: RAM-cache entry #{e.id} is gone", level="WRN")
             if self._gauge:
-                bus.emit(T.CACHE_STATE, "", func="restart", **{**self._gauge, "n_entries": 0, "size": 0, "n_tokens": 0})
+                bus.emit(T.CacheState(func="restart", **{**self._gauge, "n_entries": 0, "size": 0, "n_tokens": 0}), "")
             for i in sorted(rd.slots):
-                bus.emit(T.SLOT_SNAPSHOT, "", slot=i, task=-1, state="idle", n_tokens=0, n_prompt=0, n_past=0,
-                         prompt_n=0, n_gen=0, origin="slot", shifts=[], checkpoints=[])
+                bus.emit(T.SlotSnapshot(state="idle", n_tokens=0, n_prompt=0, n_past=0, prompt_n=0, n_gen=0,
+                                        origin="slot", shifts=[], checkpoints=[]), "", slot=i, task=-1)
             self.reader = LogReader(bus)
             self.epochs.append(bus.n_events)
             self.n_lives += 1
@@ -257,7 +257,7 @@ class Watch:
         if ev.kind == T.TASK_LAUNCHED:
             self._n_launched += 1
         if ev.kind == T.CACHE_STATE:
-            self._gauge = {k: ev.data[k] for k in ("n_entries", "size", "n_tokens", "limit_size", "limit_tokens",
+            self._gauge = {k: getattr(ev.payload, k) for k in ("n_entries", "size", "n_tokens", "limit_size", "limit_tokens",
                                                    "limit_tokens_cur")}
         if self._on_event is not None:
             self._on_event(ev)
@@ -265,7 +265,7 @@ class Watch:
     def _note(self, level: str, text: str) -> None:
         """A watch message as a `log` event (shown in the event list and the panel header)."""
         with self._lock:
-            self.events.emit(T.LOG, text, level=level)
+            self.events.emit(T.Log(), text, level=level)
         self.last_note = (level, text, time.time())
 
     last_note: tuple | None = None
@@ -278,7 +278,7 @@ class Watch:
                 if self.reader.build.on_build_info(view.props.get("build_info")):
                     w = self.reader.build.warning()
                     if w is not None:
-                        self.events.emit(T.LOG, w, level="WRN")
+                        self.events.emit(T.Log(), w, level="WRN")
         if not view.up or self._props_init or view.n_slots is None:
             return
         rd = self.reader
@@ -289,10 +289,10 @@ class Watch:
         with self._lock:
             self._props_init = True
             n, c = int(view.n_slots), int(view.n_ctx_slot or 0)
-            self.events.emit(T.INIT, "slotlab watch: no start-up lines in the log: the shape comes from GET /props "
-                                     "(kv_unified, n_swa, --cache-ram not known)", level="INF",
-                             n_slots=n, n_ctx_slot=c, kv_unified=False, n_swa=0, cache_ram=CACHE_RAM_MIB_DEFAULT,
-                             flags=["-np", str(n)], draft=False, sps=0.1)
+            self.events.emit(T.Init(n_slots=n, n_ctx_slot=c, kv_unified=False, n_swa=0, cache_ram=CACHE_RAM_MIB_DEFAULT,
+                                    flags=["-np", str(n)], draft=False, sps=0.1),
+                             "slotlab watch: no start-up lines in the log: the shape comes from GET /props "
+                                     "(kv_unified, n_swa, --cache-ram not known)", level="INF")
 
     def attach_recorder(self, recorder):
         """The recording proxy in front of the server (a `slotlab.proxy.record.Recorder`): `results()`

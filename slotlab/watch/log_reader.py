@@ -216,13 +216,16 @@ class LogReader:
         return out
 
     def _event(self, sp: Spec) -> Event:
-        ev = Event(self._seq, sp.t, sp.kind, sp.level, sp.message, sp.slot, sp.task, sp.data)
+        """The spec, complete now, as an event: its fields make the kind's payload (the schema check)."""
+        try:
+            payload = T.REGISTRY[sp.kind](**sp.data)
+        except TypeError as exc:  # a reader bug must not stop the watch: the line stays, as plain text
+            self.problems.append(f"{sp.kind}: {exc}")
+            payload = T.Log()
+        ev = Event(self._seq, sp.t, payload.KIND, sp.level, sp.message, sp.slot, sp.task, payload)
         self._seq += 1
-        if self.bus is not None and sp.kind in T.REGISTRY:
-            try:
-                self.bus.emit(sp.kind, sp.message, level=sp.level, slot=sp.slot, task=sp.task, **sp.data)
-            except Exception as exc:  # a strict bus refusing an event must not stop the reader
-                self.problems.append(f"bus: {type(exc).__name__}: {exc}")
+        if self.bus is not None:
+            self.bus.emit(payload, sp.message, level=sp.level, slot=sp.slot, task=sp.task)
         return ev
 
     def _snapshot(self, s: SlotState) -> Event | None:

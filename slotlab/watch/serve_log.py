@@ -52,16 +52,16 @@ class LogWriter:
 
     def event(self, ev) -> None:
         if ev.kind == T.TASK_DONE:  # the server prints its timings just before the release line
-            d = ev.data
-            for text in (f"prompt eval time =       0.00 ms / {d['prompt_n']:5d} tokens (    0.00 ms per token,"
+            d = ev.payload
+            for text in (f"prompt eval time =       0.00 ms / {d.prompt_n:5d} tokens (    0.00 ms per token,"
                          "     0.00 tokens per second)",
-                         f"       eval time =       0.00 ms / {d['predicted_n']:5d} tokens (    0.00 ms per token,"
+                         f"       eval time =       0.00 ms / {d.predicted_n:5d} tokens (    0.00 ms per token,"
                          "     0.00 tokens per second)"):
                 self.slot_line("INF", "print_timing", ev.slot, ev.task, text)
             return
         if not ev.message:
             return
-        func = str(ev.data.get("func", ev.kind))
+        func = str(ev.payload.func or ev.kind)
         if ev.slot >= 0 and match("slot", ev.message) is None and match("srv", ev.message) is not None:
             self.srv_line(ev.level, func, ev.message)  # the server prints its RAM-cache lines with SRV_*
         else:

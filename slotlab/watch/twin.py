@@ -366,7 +366,7 @@ class Twin:
                     return f"twin: comparison failed: {type(exc).__name__}: {exc}"
                 if d is not None and str(d) != self._told:
                     self._told = str(d)
-                    self.real.events.emit(T.LOG, f"slotlab twin: first difference: {d}", level="ERR")
+                    self.real.events.emit(T.Log(), f"slotlab twin: first difference: {d}", level="ERR")
         head = f"twin (slotlab {' '.join(self.flags)}): {self._n_compared} requests compared"
         if self.error:
             head += f" · twin error: {self.error}"

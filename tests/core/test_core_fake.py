@@ -40,7 +40,7 @@ def kinds(e: Engine, since: int = 0) -> list[str]:
 
 
 def plans(e: Engine) -> list[dict]:
-    return [ev.data for ev in e.events.log if ev.kind == "prompt_plan"]
+    return [ev.payload.as_dict() for ev in e.events.log if ev.kind == "prompt_plan"]
 
 
 # ---------------------------------------------------------------- slot selection (pure)
@@ -117,7 +117,7 @@ def test_clear_cache_goes_through_the_cache():
     assert len(e.cache.entries) == 1
     assert e.clear_cache() == 1 and e.cache.entries == []
     ev = [x for x in e.events.log if x.kind == "cache_evict"][-1]
-    assert ev.data["reason"] == "cleared"
+    assert ev.payload.reason == "cleared"
 
 
 # ---------------------------------------------------------------- the prompt plan
@@ -148,7 +148,7 @@ def test_swa_memory_needs_a_checkpoint_to_cut_back(n_ckpt):
     else:
         assert plan["ckpt"] == "restored" and r["timings"]["cache_n"] > 0
         created = [x for x in e.events.log if x.kind == "checkpoint_created" and x.task == 0]
-        assert created and all(c.data["pos_max"] < len(e.tokenize(base)) for c in created)
+        assert created and all(c.payload.pos_max < len(e.tokenize(base)) for c in created)
 
 
 def test_recurrent_memory_needs_checkpoints_too():
@@ -281,7 +281,7 @@ def test_a_decode_that_raises_aborts_every_slot_and_the_next_request_is_served()
         assert t.done and t.result is None
         assert (t.error.code, t.error.type, t.error.message) == (500, "server_error", "decode() failed: the memory broke")
     fail = [x for x in e.events.log if x.seq >= seq0 and x.kind == "phase_failed"]
-    assert [(x.level, x.message, x.data["phase"]) for x in fail] == [("ERR", "decode() failed: the memory broke", "decode")]
+    assert [(x.level, x.message, x.payload.phase) for x in fail] == [("ERR", "decode() failed: the memory broke", "decode")]
     assert [x.task for x in e.events.log if x.seq >= seq0 and x.kind == "task_error"] == [s.task_prev.id for s in e.slots]  # slot order
     assert not any(s.is_processing for s in e.slots)
     r = run(e, SYS + "a third request", n_predict=5)

@@ -221,7 +221,7 @@ def test_kv_pressure_halves_the_batch_when_nothing_idle_can_be_purged(model):
     purges = e.events.filter(["slot_purge"])
     assert retries and (not purges or purges[0].seq > retries[0].seq)
     n_batch = e.ctx.n_batch  # min(-b 2048, n_ctx 1024) = 1024 in the library
-    halvings = [x.data["n_batch"] for x in retries]
+    halvings = [x.payload.n_batch for x in retries]
     assert halvings[0] == n_batch // 2 and halvings[-1] == 1  # after a success n_batch starts over
     # the pool cannot hold both: halving ends at n_batch 1 with the server's fatal error for every
     # processing slot; nothing hangs

@@ -1,11 +1,14 @@
-"""The event schema (slotlab.engine.event_types) and the EventBus around it: strict checking at emit,
-subscriber errors reported (not swallowed), and retention of what a trimmed log defined."""
+"""The event schema (slotlab.engine.event_types) and the EventBus around it: payloads checked at
+construction, their JSON, subscriber errors reported (not swallowed), and retention of what a trimmed
+log defined."""
 
 import ast
 import dataclasses
 import inspect
+import json
 import logging
 
+import numpy as np
 import pytest
 
 from slotlab.engine import event_types as T
@@ -37,7 +40,8 @@ def test_every_field_is_documented():
     tree = ast.parse(inspect.getsource(T))
     undocumented = []
     for node in tree.body:
-        if not isinstance(node, ast.ClassDef) or node.name not in {c.__name__ for c in T.REGISTRY.values()} | {"Payload"}:
+        if not isinstance(node, ast.ClassDef) or node.name not in ({c.__name__ for c in T.REGISTRY.values()}
+                                                                   | {"Payload", "Held", "Lost"}):
             continue
         body = node.body
         for i, st in enumerate(body):
@@ -49,86 +53,72 @@ def test_every_field_is_documented():
     assert undocumented == []
 
 
-def test_validate_reports_unknown_kinds_missing_and_extra_fields():
-    assert T.validate(T.INIT, INIT) == []
-    assert T.validate("no_such_kind", {}) == ["unknown event kind 'no_such_kind' (not in slotlab.engine.event_types)"]
-    probs = T.validate(T.CACHE_EVICT, {"entry_id": 1, "reason": "make_room", "size": 3, "bogus": 1})
-    assert probs == ["cache_evict: missing field(s) n_tokens", "cache_evict: unexpected field(s) bogus"]
-    # optional fields, `func` and private `_` keys are fine
-    assert T.validate(T.CACHE_INIT, {}) == [] == T.validate(T.CACHE_INIT, {"limit_size": 1, "limit_tokens": 2})
-    assert T.validate(T.CACHE_EVICT, {"entry_id": 1, "reason": "x", "size": 3, "n_tokens": 4, "func": "alloc",
-                                      "_private": object()}) == []
-    assert T.fields_of(T.CHECKPOINT_EVICT) == (frozenset({"reason", "n_tokens", "pos_min", "pos_max"}),
-                                               frozenset({"reason", "n_tokens", "pos_min", "pos_max", "func"}))
-    with pytest.raises(T.EventSchemaError, match=r"missing field\(s\) n_tokens .*CacheEvict"):
-        T.check(T.CACHE_EVICT, {"entry_id": 1, "reason": "x", "size": 3})
+def test_the_constructor_is_the_schema_check():
+    """A missing or unknown field fails where the payload is built, naming it; optional fields may be
+    left out; the class gives the event's kind."""
+    assert T.Init(**INIT).KIND == T.INIT and T.CacheEvict.KIND == T.CACHE_EVICT
+    with pytest.raises(TypeError, match="n_tokens"):
+        T.CacheEvict(entry_id=1, reason="make_room", size=3)
+    with pytest.raises(TypeError, match="bogus"):
+        T.CacheEvict(entry_id=1, reason="make_room", size=3, n_tokens=4, bogus=1)
+    with pytest.raises(TypeError):  # keyword-only: no positional payloads whose order could drift
+        T.SlotSim(3, 0.5)
+    assert T.CacheInit() == T.CacheInit(limit_size=T.UNSET, limit_tokens=T.UNSET)
+    bus = EventBus()
+    with pytest.raises(TypeError, match="ms"):
+        bus.emit(T.Decode(off=0, n_tokens=1, n_prompt=0))
+    assert bus.log == [] and bus.n_events == 0  # nothing half-made reaches the log
+    ev = bus.emit(T.Decode(off=0, n_tokens=1, n_prompt=0, ms=0.5), slot=1)
+    assert (ev.seq, ev.kind, ev.slot, ev.payload.ms) == (0, T.DECODE, 1, 0.5)
 
 
-def test_payload_is_the_typed_view():
-    ev = Event(7, 0.1, T.CACHE_ALLOC, "TRC", "", -1, 3, _alloc(5))
-    p = ev.payload()
+def test_payload_is_typed_and_frozen():
+    ev = Event(7, 0.1, T.CACHE_ALLOC, "TRC", "", -1, 3, T.CacheAlloc(**_alloc(5)))
+    p = ev.payload
     assert isinstance(p, T.CacheAlloc) and isinstance(p, T.RamCacheEvent) and p.FAMILY == "ram_cache"
     assert (p.entry_id, p.n_tokens, p.func, p.head) == (5, 100, "alloc", "prompt 5")
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.n_tokens = 1
-    assert T.payload(Event(0, 0, T.DECODE_FAILED, "ERR", "x", -1, -1, {"ret": -3, "off": 0, "n_batch": 8})).ret == -3
-    assert T.payload(Event(0, 0, T.SLOT_SKIP, "TRC", "", 0, 1, {"_note": 1})) == T.SlotSkip()
-    with pytest.raises(T.EventSchemaError, match="unknown event kind"):
-        T.payload(Event(0, 0, "nope", "TRC", "", -1, -1, {}))
-    with pytest.raises(T.EventSchemaError, match="missing"):
-        T.payload(Event(0, 0, T.DECODE, "TRC", "", -1, -1, {"off": 0}))
+    assert ev.log_line() == "srv         alloc: "
+    assert Event(0, 0, T.SLOT_SKIP, "TRC", "x", 0, 1, T.SlotSkip()).log_line() == "slot    slot_skip: id  0 | task 1 | x"
 
 
-# ------------------------------------------------------------------------------------------- strict mode
-
-def test_strict_bus_raises_at_emit_and_logs_nothing():
-    bus = EventBus(strict=True)
-    with pytest.raises(T.EventSchemaError, match=r"decode: missing field\(s\) ms, n_prompt, n_tokens"):
-        bus.emit(T.DECODE, off=0)
-    with pytest.raises(T.EventSchemaError, match="unknown event kind"):
-        bus.emit("decodee", off=0)
-    assert bus.log == [] and bus.n_events == 0
-    bus.emit(T.DECODE, off=0, n_tokens=1, n_prompt=0, ms=0.5)
-    assert bus.log[0].seq == 0
-
-
-def test_strict_comes_from_the_environment(monkeypatch):
-    monkeypatch.setenv("SLOTLAB_STRICT_EVENTS", "1")
-    assert EventBus().strict
-    monkeypatch.setenv("SLOTLAB_STRICT_EVENTS", "0")
-    assert not EventBus().strict
-    monkeypatch.delenv("SLOTLAB_STRICT_EVENTS")
-    assert not EventBus().strict and EventBus(strict=True).strict
+def test_json_is_the_fields_in_order_without_unset_or_private_ones():
+    """UNSET (a source that did not report the field) is left out, None is written as null, private
+    `_` fields never leave the process, nested parts (`Held`, `Lost`) are dicts in field order."""
+    d = T.Decode(off=2, n_tokens=8, n_prompt=3, ms=np.float64(0.25), _steps=4)
+    assert json.dumps(d.to_json()) == '{"off": 2, "n_tokens": 8, "n_prompt": 3, "ms": 0.25}'
+    assert d.as_dict() == {"off": 2, "n_tokens": 8, "n_prompt": 3, "ms": 0.25} and d._steps == 4
+    assert T.CacheInit().to_json() == {} and not T.UNSET and repr(T.UNSET) == "UNSET"
+    held = T.Held(where="slot", id=1, lcp=5, n_held=9, prompt_text="a", held_text="b")
+    dec = T.SlotDecision(how="lru", f_sim=0.0, f_keep=None, update_cache=True, load=None, id_requested=-1, held=held,
+                         lost=None, checks=[(0, "empty", 0, np.float32(0.5))])
+    assert json.dumps(dec.to_json()) == (
+        '{"how": "lru", "f_sim": 0.0, "f_keep": null, "update_cache": true, "load": null, "id_requested": -1, '
+        '"held": {"where": "slot", "id": 1, "lcp": 5, "n_held": 9, "prompt_text": "a", "held_text": "b"}, '
+        '"lost": null, "checks": [[0, "empty", 0, 0.5]]}')
+    lost = T.Lost(where="entry", id=3, reason="make_room", seq=40, lcp=5, n_held=9, prompt_text="", held_text="")
+    assert list(lost.to_json()) == ["where", "id", "reason", "seq", "lcp", "n_held", "prompt_text", "held_text"]
+    ev = EventBus().emit(T.CacheEvict(func="alloc", reason="make_room", entry_id=3, n_tokens=9, size=90), "x", slot=0)
+    assert ev.to_json()["data"] == {"func": "alloc", "reason": "make_room", "entry_id": 3, "n_tokens": 9, "size": 90}
 
 
-def test_lenient_bus_emits_and_logs_each_bad_kind_once(caplog):
-    bus = EventBus(strict=False)
-    with caplog.at_level(logging.WARNING, logger="slotlab.events"):
-        for _ in range(3):
-            bus.emit(T.DECODE, off=0)
-        bus.emit("made_up", x=1)
-    assert len(bus.log) == 4
-    assert bus.schema_problems == {"decode": "decode: missing field(s) ms, n_prompt, n_tokens",
-                                   "made_up": "unknown event kind 'made_up' (not in slotlab.engine.event_types)"}
-    assert len([r for r in caplog.records if r.name == "slotlab.events"]) == 2
-
-
-def test_every_event_of_a_real_engine_matches_the_schema(model, tmp_path, monkeypatch):
-    """Strict buses over scenarios that reach most emit sites: RAM cache (save, load, evictions,
-    clear), idle-slot saving, checkpoints (SWA), cache reuse, slot files, deferral, speculative decoding."""
-    monkeypatch.setenv("SLOTLAB_STRICT_EVENTS", "1")
+def test_every_event_of_a_real_engine_matches_the_schema(model, tmp_path):
+    """Scenarios that reach most emit sites: RAM cache (save, load, evictions, clear), idle-slot saving,
+    checkpoints (SWA), cache reuse, slot files, deferral, speculative decoding. Each event's payload is
+    its kind's class (every emit site built one) and its JSON is plain."""
     doc = " ".join(f"Line {i} of the harbour log." for i in range(120))
     seen: set[str] = set()
     engines = []
 
     def run(flags, fn):
         e = Engine(flags, model=model)
-        assert e.events.strict
         engines.append(e)
         fn(e)
         e.run_until_idle()
         for ev in e.events.log:
-            assert isinstance(ev.payload(), T.REGISTRY[ev.kind])
+            assert type(ev.payload) is T.REGISTRY[ev.kind] and ev.payload.KIND == ev.kind
+            json.dumps(ev.to_json())
         seen.update(ev.kind for ev in e.events.log)
         e.close()
 
@@ -182,7 +172,7 @@ def test_every_event_of_a_real_engine_matches_the_schema(model, tmp_path, monkey
 # ------------------------------------------------------------------------------------------- subscriber errors
 
 def test_a_raising_subscriber_is_logged_counted_and_the_others_still_get_events(caplog):
-    bus = EventBus(strict=True)
+    bus = EventBus()
     got = []
 
     def broken(ev):
@@ -191,8 +181,8 @@ def test_a_raising_subscriber_is_logged_counted_and_the_others_still_get_events(
     bus.subscribe(broken)
     bus.subscribe(got.append)
     with caplog.at_level(logging.ERROR, logger="slotlab.events"):
-        ev = bus.emit(T.TASK_QUEUED, task=0, n_tokens=5, id_slot=-1)
-        bus.emit(T.TASK_QUEUED, task=1, n_tokens=5, id_slot=-1)
+        ev = bus.emit(T.TaskQueued(n_tokens=5, id_slot=-1), task=0)
+        bus.emit(T.TaskQueued(n_tokens=5, id_slot=-1), task=1)
     assert got == bus.log and ev.seq == 0
     assert bus.n_errors == 2 and len(bus.errors) == 2
     err = bus.errors[0]
@@ -204,11 +194,11 @@ def test_a_raising_subscriber_is_logged_counted_and_the_others_still_get_events(
 
 
 def test_subscriber_errors_are_throttled_in_the_log_but_all_counted(caplog):
-    bus = EventBus(strict=True)
+    bus = EventBus()
     bus.subscribe(lambda ev: 1 / 0)
     with caplog.at_level(logging.ERROR, logger="slotlab.events"):
         for _ in range(1000):
-            bus.emit(T.PARAMS, "x")
+            bus.emit(T.Params(), "x")
     assert bus.n_errors == 1000 and len(bus.errors) == 50
     assert len([r for r in caplog.records if r.name == "slotlab.events"]) == 21  # 20 first + the 1000th
 
@@ -216,10 +206,10 @@ def test_subscriber_errors_are_throttled_in_the_log_but_all_counted(caplog):
 # ------------------------------------------------------------------------------------------- retention
 
 def test_trimming_is_chunked_and_the_log_stays_contiguous():
-    bus = EventBus(max_log=1000, strict=True)
+    bus = EventBus(max_log=1000)
     assert bus.trim_chunk == 20
     for i in range(5000):
-        bus.emit(T.DECODE, off=i, n_tokens=1, n_prompt=0, ms=0.1)
+        bus.emit(T.Decode(off=i, n_tokens=1, n_prompt=0, ms=0.1))
     assert 980 <= len(bus.log) <= 1000
     assert [e.seq for e in bus.log] == list(range(bus.first_seq, 5000))
     assert bus.n_trimmed == bus.first_seq == 5000 - len(bus.log)
@@ -227,23 +217,23 @@ def test_trimming_is_chunked_and_the_log_stays_contiguous():
 
 
 def test_trimmed_state_defining_events_are_retained():
-    bus = EventBus(max_log=10, strict=True, trim_chunk=1)
-    bus.emit(T.CACHE_INIT, limit_size=1 << 26, limit_tokens=4096)
-    init = bus.emit(T.INIT, level="INF", **INIT)
+    bus = EventBus(max_log=10, trim_chunk=1)
+    bus.emit(T.CacheInit(limit_size=1 << 26, limit_tokens=4096))
+    init = bus.emit(T.Init(**INIT), level="INF")
     snaps = {}
     for i in range(3):
-        bus.emit(T.CACHE_ALLOC, **_alloc(i))
-    bus.emit(T.CACHE_EVICT, func="alloc", entry_id=0, reason="make_room", n_tokens=100, size=100_000)
+        bus.emit(T.CacheAlloc(**_alloc(i)))
+    bus.emit(T.CacheEvict(func="alloc", entry_id=0, reason="make_room", n_tokens=100, size=100_000))
     for s in (0, 1, 0):
-        snaps[s] = bus.emit(T.SLOT_SNAPSHOT, slot=s, task=s, state="idle", n_tokens=s + 10, n_prompt=0, n_past=0,
-                            prompt_n=0, n_gen=0, origin="slot", shifts=[], checkpoints=[])
+        snaps[s] = bus.emit(T.SlotSnapshot(state="idle", n_tokens=s + 10, n_prompt=0, n_past=0, prompt_n=0, n_gen=0,
+                                           origin="slot", shifts=[], checkpoints=[]), slot=s, task=s)
     for i in range(40):
-        bus.emit(T.DECODE, off=i, n_tokens=1, n_prompt=0, ms=0.1)
+        bus.emit(T.Decode(off=i, n_tokens=1, n_prompt=0, ms=0.1))
     r = bus.replay()
     kinds = [e.kind for e in r.events[: len(r.events) - len(bus.log)]]
     assert kinds == ["cache_init", "init", "cache_alloc", "cache_alloc", "cache_evict", "slot_snapshot", "slot_snapshot"]
     assert r.events[1] is init and snaps[0] in r.events and snaps[1] in r.events
-    assert [e.data["entry_id"] for e in r.events if e.kind == "cache_alloc"] == [1, 2]  # entry 0 was evicted
+    assert [e.payload.entry_id for e in r.events if e.kind == "cache_alloc"] == [1, 2]  # entry 0 was evicted
     # the first snapshot of slot 0 is superseded, entry 0's alloc ended by its evict, 30 decodes trimmed
     assert r.dropped == {"slot_snapshot": 1, "cache_alloc": 1, "decode": 30}
     assert r.first_seq == bus.first_seq == bus.log[0].seq and r.n_trimmed == bus.n_trimmed
@@ -254,13 +244,13 @@ def test_trimmed_state_defining_events_are_retained():
 
 
 def test_retention_is_bounded():
-    bus = EventBus(max_log=100, strict=True)
+    bus = EventBus(max_log=100)
     for i in range(20_000):
-        bus.emit(T.SLOT_DECISION, slot=i % 4, task=i, how="lru", f_sim=0.0, f_keep=None, update_cache=False, load=None,
-                 id_requested=-1)
-        bus.emit(T.PROMPT_PLAN, slot=i % 4, task=i, n_past=0, n_prompt=5, lcp=0, ckpt=None, origin="slot", shifts=[],
-                 divergence=0, div_text="x")
-        bus.emit(T.TASK_DONE, slot=i % 4, task=i, cache_n=0, prompt_n=5, predicted_n=1, tokens_cached=6)
+        bus.emit(T.SlotDecision(how="lru", f_sim=0.0, f_keep=None, update_cache=False, load=None, id_requested=-1),
+                 slot=i % 4, task=i)
+        bus.emit(T.PromptPlan(n_past=0, n_prompt=5, lcp=0, ckpt=None, origin="slot", shifts=[], divergence=0,
+                              div_text="x"), slot=i % 4, task=i)
+        bus.emit(T.TaskDone(cache_n=0, prompt_n=5, predicted_n=1, tokens_cached=6), slot=i % 4, task=i)
     held = bus.retained
     assert sum(e.kind == "prompt_plan" for e in held) == T.WHY_KEEP  # the per-slot rings are within the last 200
     # the conversation timeline's last TIMELINE_KEEP answers hold each slot's last HISTORY_PER_SLOT too

@@ -55,8 +55,8 @@ def test_the_path_is_what_the_engine_decided(eng):
     bob = flow.path(eng, 1)
     d = next(e for e in eng.events.log if e.kind == "slot_decision" and e.task == 1)
     t = eng.tasks[1].result["timings"]
-    assert d.data["how"] == "lcp" and d.data["update_cache"]
-    assert bob["slot"] == f"slot {d.slot} by LCP similarity, f_sim {d.data['f_sim']:.3f}"
+    assert d.payload.how == "lcp" and d.payload.update_cache
+    assert bob["slot"] == f"slot {d.slot} by LCP similarity, f_sim {d.payload.f_sim:.3f}"
     assert bob["cache"].startswith("saved ") and "as entry #0" in bob["cache"]
     assert bob["checkpoint"] == "none usable: full re-processing, n_past 0" and t["cache_n"] == 0
     assert bob["prefill"].startswith(f"{t['prompt_n']} tokens prefilled")

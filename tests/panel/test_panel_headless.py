@@ -77,7 +77,7 @@ def test_event_log_and_filters(run):
     rows = p.events_box.value.count("<tr>") - 1
     assert rows == len(e.events.filter(["cache_evict"]))
     p.f_reason.value = "loaded"
-    assert p.events_box.value.count("<tr>") - 1 == sum(1 for x in e.events.filter(["cache_evict"]) if x.data["reason"] == "loaded") > 0
+    assert p.events_box.value.count("<tr>") - 1 == sum(1 for x in e.events.filter(["cache_evict"]) if x.payload.reason == "loaded") > 0
     assert [r for _, _, r, _, _ in p.state.evictions if r == "loaded"]
 
 

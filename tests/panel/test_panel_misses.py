@@ -23,7 +23,7 @@ def test_the_why_line_carries_the_cause_and_the_untested_flag():
     assert "(untested: try --ctx-checkpoints 32, or --swa-full)" in line and "checkpoint-min-step" not in line
     assert [m.cause for m in st.misses] == ["no_checkpoint"] and st.slots[0].why == line
     ev = [x for x in e.events.log if x.kind == "request_miss"]  # the cause as data, in the event log
-    assert len(ev) == 1 and ev[0].task == 1 and ev[0].data["cause"] == "no_checkpoint" and "--swa-full" in ev[0].data["suggest"]
+    assert len(ev) == 1 and ev[0].task == 1 and ev[0].payload.cause == "no_checkpoint" and "--swa-full" in ev[0].payload.suggest
     assert ev[0].seq == next(x.seq for x in e.events.log if x.kind == "prompt_plan" and x.task == 1) + 1
 
 

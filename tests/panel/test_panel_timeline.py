@@ -121,16 +121,16 @@ def test_a_trimmed_bus_keeps_the_last_calls_of_the_timeline():
     from slotlab.panel.timeline import timeline_data
     from slotlab.timeline import Timeline
 
-    bus = EventBus(max_log=50, strict=True)
+    bus = EventBus(max_log=50)
     live = Timeline()
     bus.subscribe(live.apply)
-    bus.emit(T.INIT, n_slots=1, n_ctx_slot=4096, kv_unified=True, n_swa=0, cache_ram=0, flags=["-np", "1"],
-             draft=False, sps=0.1)
+    bus.emit(T.Init(n_slots=1, n_ctx_slot=4096, kv_unified=True, n_swa=0, cache_ram=0, flags=["-np", "1"],
+                    draft=False, sps=0.1))
     for i in range(3 * T.TIMELINE_KEEP):
         change = {"change": "system_changed", "message_index": 0, "role": "system", "tokens_lost": 7, "before": "a",
                   "after": "b", "previous": i - 3, "position": 3} if i % 5 == 4 else {}
-        bus.emit(T.CLIENT_CALL, task=i, request=i, session=f"s{i % 3}", **change)
-        bus.emit(T.TASK_DONE, slot=0, task=i, cache_n=i % 11, prompt_n=20, predicted_n=1, tokens_cached=30)
+        bus.emit(T.ClientCall(request=i, session=f"s{i % 3}", **change), task=i)
+        bus.emit(T.TaskDone(cache_n=i % 11, prompt_n=20, predicted_n=1, tokens_cached=30), slot=0, task=i)
     late = Timeline().fold(bus.replayable())
     assert len(live.bars()) == len(late.bars()) == T.TIMELINE_KEEP
     assert timeline_data(late) == timeline_data(live)

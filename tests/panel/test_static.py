@@ -126,8 +126,8 @@ def test_evictions_are_drawn_per_request(model):
             e.run_until(lambda: t.done)
         st = PanelState.from_bus(e.events)
         d = figure_data(st)
-        evicted = [(round(ev.t, 3), ev.data["reason"]) for ev in e.events.log if ev.kind == "cache_evict" or
-                   ev.kind == "slot_clear" and ev.data["reason"] in ("idle_clear", "purge") and ev.data["n_tokens"] > 0]
+        evicted = [(round(ev.t, 3), ev.payload.reason) for ev in e.events.log if ev.kind == "cache_evict" or
+                   ev.kind == "slot_clear" and ev.payload.reason in ("idle_clear", "purge") and ev.payload.n_tokens > 0]
         assert evicted and sorted(zip(d.evictions.x, d.evictions.y)) == sorted(set(evicted))   # at each one's time
         assert sum(d.evictions.symbol) == len(evicted) and "idle_clear" in d.evictions.y
         ax3 = panel_figure(st).axes[2]

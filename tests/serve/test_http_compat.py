@@ -116,7 +116,7 @@ def test_sleep_clears_the_slots_and_the_cache_and_wakes():
     assert s.sleeping and s.snapshot is not None
     assert all(len(x.tokens) == 0 and x.task_prev is None for x in e.core.slots)
     assert e.core.cache is None or e.core.cache.n_tokens() == 0
-    assert [ev.data.get("reason") for ev in e.events.log if ev.kind == "slot_clear"][-1] == "sleep"
+    assert [ev.payload.reason for ev in e.events.log if ev.kind == "slot_clear"][-1] == "sleep"
     s.wake()
     assert not s.sleeping and time.monotonic() - s.t_last < 5
     assert not Sleep(e, -1).enabled

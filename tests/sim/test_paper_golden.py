@@ -131,9 +131,9 @@ def test_hindsight_off_makes_the_same_decisions(model, name):
         assert decisions_of_engine(off["engine"]) == decisions_of_engine(on["engine"])
         ev_off = off["engine"].events.log
         sd = [e for e in ev_off if e.kind == "slot_decision"]
-        assert sd and all(e.data["held"] is None and e.data["lost"] is None for e in sd)
-        assert not any(e.kind == "cache_load_scores" and e.data.get("preview") for e in ev_off)
-        if any(e.kind == "slot_decision" and e.data["held"] for e in on["engine"].events.log):
+        assert sd and all(e.payload.held is None and e.payload.lost is None for e in sd)
+        assert not any(e.kind == "cache_load_scores" and e.payload.preview for e in ev_off)
+        if any(e.kind == "slot_decision" and e.payload.held for e in on["engine"].events.log):
             assert off["engine"].core.hindsight is None and on["engine"].core.hindsight is not None
     finally:
         for r in runs:

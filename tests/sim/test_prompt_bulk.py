@@ -134,7 +134,7 @@ def _run(flags, profile, fast, seed):
             msgs.append(ev.message)
         kinds.append(ev.kind)
         if ev.kind == "decode":
-            prefilled["bulk" if "_steps" in ev.data else "plain"] += ev.data["n_prompt"]
+            prefilled["bulk" if ev.payload._steps is not None else "plain"] += ev.payload.n_prompt
 
     rng = np.random.default_rng(seed)
     eog = profile.n_vocab - 1

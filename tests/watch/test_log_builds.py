@@ -85,7 +85,7 @@ def same(got: list[dict], want: list[dict]) -> bool:
 
 
 def typed(events) -> list:
-    return [(e.kind, e.slot, e.task, json.dumps(e.data, sort_keys=True, default=str)) for e in events if e.kind != LOG]
+    return [(e.kind, e.slot, e.task, json.dumps(e.payload.as_dict(), sort_keys=True, default=str)) for e in events if e.kind != LOG]
 
 
 @pytest.mark.parametrize("build", BUILDS)

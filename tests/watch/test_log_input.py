@@ -25,7 +25,7 @@ def feed(lines):
 
 
 def typed(events):
-    return [(e.kind, e.level, e.slot, e.task, e.message, {k: v for k, v in e.data.items() if k != "_lcp"})
+    return [(e.kind, e.level, e.slot, e.task, e.message, {k: v for k, v in e.payload.as_dict().items() if k != "_lcp"})
             for e in events if e.kind != LOG]
 
 
@@ -143,6 +143,26 @@ def test_a_reader_bug_on_one_line_is_reported_and_the_rest_is_read(monkeypatch):
     ev = [e for ln in lines for e in rd.feed(ln)] + rd.flush()
     assert rd.problems and "RuntimeError: boom" in rd.problems[0]
     assert len([r for r in requests_json(ev) if "action" not in r and r["status"] == 200]) == 5
+
+
+def test_a_block_whose_fields_do_not_make_its_payload_is_kept_as_plain_text(monkeypatch):
+    """The payload's constructor is the schema check: a reader bug that gathers a wrong field is noted in
+    `problems` and the event comes out as a `log` line with the server's text, the watch goes on."""
+    lines = EXAMPLE.read_text().splitlines(True)
+    rd = LogReader()
+    real = rd.spec
+
+    def typo(kind, message="", **kw):
+        if kind == T.SLOT_RELEASE:
+            kw["n_tokenz"] = kw.pop("n_tokens", 0)
+        return real(kind, message, **kw)
+
+    monkeypatch.setattr(rd, "spec", typo)
+    ev = [e for ln in lines for e in rd.feed(ln)] + rd.flush()
+    assert rd.problems and all("n_tokenz" in p and p.startswith("slot_release") for p in rd.problems)
+    assert not [e for e in ev if e.kind == T.SLOT_RELEASE]
+    kept = [e for e in ev if e.kind == LOG and e.message.startswith("stop processing")]
+    assert len(kept) == len(rd.problems) > 0 and isinstance(kept[0].payload, T.Log)
 
 
 def test_at_default_verbosity_nothing_waits_for_lines_that_will_not_come():

@@ -50,15 +50,15 @@ def test_log_gives_the_servers_answers(name):
 
 @pytest.mark.parametrize("name", TRACES)
 def test_events_match_the_schema_and_carry_the_logs_texts(name):
-    bus = EventBus(strict=True, max_log=None)
+    bus = EventBus(max_log=None)
     rd = LogReader(bus)
     path = DIR / f"{name}.llama-server.log"
     events = rd.read_file(path)
-    assert rd.problems == []  # a strict bus refusing an event would be reported here
+    assert rd.problems == []  # a block whose fields do not make its kind's payload would be reported here
     typed = [e for e in events if e.kind != LOG]
     assert [e.kind for e in bus.log] == [e.kind for e in events]  # plain lines reach the bus too (kind "log")
     assert [e.seq for e in events] == list(range(len(events)))
-    assert all(T.validate(e.kind, e.data) == [] for e in typed)
+    assert all(isinstance(e.payload, T.REGISTRY[e.kind]) for e in typed)
     assert decisions(path.read_text().splitlines()) == decisions(e.message for e in events if e.message)
     kinds = {e.kind for e in typed}
     assert {T.INIT, T.TASK_LAUNCHED, T.TASK_DONE, T.PROMPT_PLAN, T.SLOT_DECISION, T.SLOT_SNAPSHOT} <= kinds

@@ -27,7 +27,7 @@ def read(lines):
     assert rd.problems == []
     for e in events:
         if e.kind != LOG:
-            assert T.validate(e.kind, e.data) == [], e
+            assert isinstance(e.payload, T.REGISTRY[e.kind]), e
     return rd, events
 
 
@@ -81,13 +81,13 @@ def test_the_selection_lines_get_the_launched_task_and_a_decision():
                                        T.CACHE_LOAD_BASE)]
     assert [e.task for e in sel] == [0, 0, 0, 0, 5, 5, 5, 5]  # the server printed task -1 on all of them
     d = [e for e in ev if e.kind == T.SLOT_DECISION]
-    assert [(e.slot, e.task, e.data["how"], e.data["update_cache"]) for e in d] == [(1, 0, "lru", True),
+    assert [(e.slot, e.task, e.payload.how, e.payload.update_cache) for e in d] == [(1, 0, "lru", True),
                                                                                     (0, 5, "lru", True)]
     alloc = one(ev, T.CACHE_ALLOC)
-    d = alloc.data
+    d = alloc.payload.as_dict()
     assert (alloc.slot, alloc.task, d["id_slot"], d["id_task"], d["n_tokens"]) == (1, -1, 1, 0, 23)
-    assert alloc.data["size"] == round(0.4 * 2**20)
-    assert one(ev, T.SLOT_CLEAR).data == {"reason": "idle_clear", "n_tokens": 23}
+    assert alloc.payload.size == round(0.4 * 2**20)
+    assert one(ev, T.SLOT_CLEAR).payload.as_dict() == {"reason": "idle_clear", "n_tokens": 23}
     assert [r["id_slot"] for r in requests_json(ev)] == [1, 0]
 
 
@@ -105,13 +105,13 @@ def test_a_failed_restore_from_the_ram_cache():
     ) + request(1, 9, 21)
     rd, ev = read(lines)
     f = one(ev, T.CACHE_RESTORE_FAILED)
-    assert (f.data["entry_id"], f.data["which"], f.data["size"], f.task, f.level) == (0, "tgt", 419430, 9, "ERR")
+    assert (f.payload.entry_id, f.payload.which, f.payload.size, f.task, f.level) == (0, "tgt", 419430, 9, "ERR")
     assert one(ev, T.CACHE_LOAD_FAILED).task == 9
-    clears = [e.data["reason"] for e in ev if e.kind == T.SLOT_CLEAR]
+    clears = [e.payload.reason for e in ev if e.kind == T.SLOT_CLEAR]
     assert clears == ["idle_clear", "load_failed"]
     assert T.CACHE_LOADED not in {e.kind for e in ev}
-    assert [e for e in ev if e.kind == T.SLOT_DECISION][-1].data["load"] is False
-    scores = [e for e in ev if e.kind == T.CACHE_LOAD_SCORES][-1].data
+    assert [e for e in ev if e.kind == T.SLOT_DECISION][-1].payload.load is False
+    scores = [e for e in ev if e.kind == T.CACHE_LOAD_SCORES][-1].payload.as_dict()
     assert scores["winner_id"] == 0 and scores["scores"][0]["winner"] is True
     assert list(PanelState.rebuild(ev).entries) == [0]  # the entry stays cached
 
@@ -126,19 +126,19 @@ def test_a_load_moves_the_entry_and_its_checkpoints_into_the_slot():
     ) + request(1, 9, 21, n_past=20)
     rd, ev = read(lines)
     ld = one(ev, T.CACHE_LOADED)
-    assert (ld.slot, ld.task, ld.data["entry_id"], ld.data["n_tokens"]) == (1, 9, 0, 23)
+    assert (ld.slot, ld.task, ld.payload.entry_id, ld.payload.n_tokens) == (1, 9, 0, 23)
     # exact float32 ratios (the prompt length comes from `new prompt`, after the launch), not the printed 0.952
-    assert ld.data["f_keep"] == float(np.float32(20) / np.float32(23))
-    assert ld.data["f_sim"] == float(np.float32(20) / np.float32(21))
+    assert ld.payload.f_keep == float(np.float32(20) / np.float32(23))
+    assert ld.payload.f_sim == float(np.float32(20) / np.float32(21))
     launched = [e for e in ev if e.kind == T.TASK_LAUNCHED][-1]
-    assert launched.data["n_tokens"] == 21
+    assert launched.payload.n_tokens == 21
     kinds_after = [e.kind for e in ev if e.task == 9 and e.kind in (T.SLOT_DECISION, T.TASK_LAUNCHED, T.PROMPT_START)]
     assert kinds_after == [T.SLOT_DECISION, T.TASK_LAUNCHED, T.PROMPT_START]  # the engine's order
-    dec = [e for e in ev if e.kind == T.SLOT_DECISION][-1].data
-    assert (dec["load"], dec["f_sim_best"], dec["f_keep_best"]) == (True, ld.data["f_sim"], ld.data["f_keep"])
+    dec = [e for e in ev if e.kind == T.SLOT_DECISION][-1].payload.as_dict()
+    assert (dec["load"], dec["f_sim_best"], dec["f_keep_best"]) == (True, ld.payload.f_sim, ld.payload.f_keep)
     ev_load = [e for e in ev if e.kind == T.CACHE_EVICT]
-    assert [(e.data["reason"], e.data["entry_id"]) for e in ev_load] == [("loaded", 0)]
-    plan = [e for e in ev if e.kind == T.PROMPT_PLAN][-1].data
+    assert [(e.payload.reason, e.payload.entry_id) for e in ev_load] == [("loaded", 0)]
+    plan = [e for e in ev if e.kind == T.PROMPT_PLAN][-1].payload.as_dict()
     assert (plan["origin"], plan["lcp"], plan["n_past"]) == ("cache #0", 20, 20)
     st = PanelState.rebuild(ev)
     assert st.entries == {} and st.history[1][-1][1:] == (20, 1, ("cache", "prefill"))
@@ -160,11 +160,11 @@ def test_a_failed_allocation_shrinks_the_cache():
     ]
     rd, ev = read(lines)
     f = one(ev, T.CACHE_ALLOC_FAILED)
-    assert (f.data["size_tgt"], f.data["error"], f.level) == (round(0.5 * 2**20), "std::bad_alloc", "ERR")
+    assert (f.payload.size_tgt, f.payload.error, f.level) == (round(0.5 * 2**20), "std::bad_alloc", "ERR")
     r = one(ev, T.CACHE_LIMIT_REDUCED)
-    assert (r.data["limit_size"], r.data["limit_size_old"]) == (round(0.16 * 2**20), 128 << 20)
+    assert (r.payload.limit_size, r.payload.limit_size_old) == (round(0.16 * 2**20), 128 << 20)
     ev_ = one(ev, T.CACHE_EVICT)
-    assert (ev_.data["reason"], ev_.data["entry_id"], ev_.data["n_tokens"]) == ("shrink", 0, 23)
+    assert (ev_.payload.reason, ev_.payload.entry_id, ev_.payload.n_tokens) == ("shrink", 0, 23)
     assert kinds(ev, T.CACHE_ALLOC) == [T.CACHE_ALLOC]  # only entry 0 was ever allocated
     assert PanelState.rebuild(ev).gauge["limit_size"] == round(0.16 * 2**20)
 
@@ -196,11 +196,11 @@ def test_over_limit_skip_duplicate_skip_and_the_limits_evictions():
     ]
     rd, ev = read(lines)
     s = one(ev, T.CACHE_SKIP_OVER_LIMIT)
-    assert (s.data["size"], s.data["limit_size"], s.data["n_tokens"], s.level) == (200 << 20, 128 << 20, 900, "WRN")
+    assert (s.payload.size, s.payload.limit_size, s.payload.n_tokens, s.level) == (200 << 20, 128 << 20, 900, "WRN")
     d = one(ev, T.CACHE_SKIP_DUPLICATE)
-    assert d.data["n_tokens"] == 43 and d.data["entry_id"] == -1  # the log does not say which entry holds it
+    assert d.payload.n_tokens == 43 and d.payload.entry_id == -1  # the log does not say which entry holds it
     ev_ = one(ev, T.CACHE_EVICT)
-    assert (ev_.data["reason"], ev_.data["entry_id"]) == ("token_limit", 0)
+    assert (ev_.payload.reason, ev_.payload.entry_id) == ("token_limit", 0)
     assert [(e["id"], e["n_tokens"]) for e in PanelState.rebuild(ev).entries.values()] == [(1, 43)]
 
 
@@ -216,11 +216,11 @@ def test_a_fatal_decode_error_fails_every_running_request():
     ]
     rd, ev = read(lines)
     f = one(ev, T.DECODE_FAILED)
-    assert (f.data, f.level) == ({"ret": 1, "off": 0, "n_batch": 1}, "ERR")
+    assert (f.payload.as_dict(), f.level) == ({"ret": 1, "off": 0, "n_batch": 1}, "ERR")
     e = one(ev, T.TASK_ERROR)
-    assert (e.slot, e.task, e.message, e.data) == (1, 3, "Context size has been exceeded.",
+    assert (e.slot, e.task, e.message, e.payload.as_dict()) == (1, 3, "Context size has been exceeded.",
                                                    {"code": 500, "type": "server_error"})
-    assert one(ev, T.SLOT_CLEAR).data["reason"] == "decode_failed"
+    assert one(ev, T.SLOT_CLEAR).payload.reason == "decode_failed"
     assert T.TASK_DONE not in {x.kind for x in ev}
     (r,) = requests_json(ev)
     assert (r["status"], r["id_slot"], r["error"]["message"]) == (500, None, "Context size has been exceeded.")
@@ -253,11 +253,11 @@ def test_cache_reuse_with_its_debug_lines():
     rd, ev = read(lines)
     assert kinds(ev, T.CACHE_REUSE_BEGIN, T.CACHE_REUSE_SHIFT, T.CACHE_REUSE_END) == [
         T.CACHE_REUSE_BEGIN, T.CACHE_REUSE_SHIFT, T.CACHE_REUSE_END]
-    assert one(ev, T.CACHE_REUSE_SHIFT).data == {"src": [14, 22], "dst": [10, 18]}
-    p = one(ev, T.PROMPT_PLAN).data
+    assert one(ev, T.CACHE_REUSE_SHIFT).payload.as_dict() == {"src": [14, 22], "dst": [10, 18]}
+    p = one(ev, T.PROMPT_PLAN).payload.as_dict()
     assert (p["lcp"], p["n_past"], p["shifts"], p["divergence"]) == (10, 18, [(14, 22, 10, 18)], 10)
     snap = [e for e in ev if e.kind == T.SLOT_SNAPSHOT and e.slot == 1][-1]
-    assert snap.data["shifts"] == [(14, 22, 10, 18)]
+    assert snap.payload.shifts == [(14, 22, 10, 18)]
 
 
 def test_checkpoint_chain_too_close_and_supersede():
@@ -276,7 +276,7 @@ def test_checkpoint_chain_too_close_and_supersede():
         slot("operator()", 0, 3, "empty prompt - releasing slot", "W"),
     ]
     rd, ev = read(lines)
-    evs = [(e.data["reason"], e.data["n_tokens"], e.data["pos_min"], e.data["pos_max"])
+    evs = [(e.payload.reason, e.payload.n_tokens, e.payload.pos_min, e.payload.pos_max)
            for e in ev if e.kind == T.CHECKPOINT_EVICT]
     assert evs == [("too_close", 200, 0, 199), ("supersede", 300, 0, 299)]
     st = PanelState.rebuild(ev)
@@ -300,11 +300,11 @@ def test_a_deferral_named_by_its_debug_line():
     assert (d.task, d.level) == (9, "DBG")
     assert [e.task for e in ev if e.kind in (T.SLOT_SELECTED_BY_ID, T.SLOT_SKIP)][-2:] == [9, 9]
     dec = [e for e in ev if e.kind == T.SLOT_DECISION][-1]
-    assert (dec.slot, dec.task, dec.data["how"], dec.data["id_requested"], dec.data["f_keep"]) == (1, 9, "id", 1, 0.0)
+    assert (dec.slot, dec.task, dec.payload.how, dec.payload.id_requested, dec.payload.f_keep) == (1, 9, "id", 1, 0.0)
     assert one(ev, T.IDLE_SLOT_SAVED).slot == 1
     # the same with the busy slot still empty (prompt not processed yet): f_keep = 0/0, as in the engine
     rd, ev = read([ln for ln in lines if "init sampler" not in ln])
-    assert math.isnan([e for e in ev if e.kind == T.SLOT_DECISION][-1].data["f_keep"])
+    assert math.isnan([e for e in ev if e.kind == T.SLOT_DECISION][-1].payload.f_keep)
 
 
 def test_a_disabled_cache_progress_lines_and_a_failed_speculative_batch():
@@ -323,12 +323,12 @@ def test_a_disabled_cache_progress_lines_and_a_failed_speculative_batch():
              srv("send_error", "task id = 0, error: decode() failed: failed to process speculative batch", "E"),
              slot("release", 0, 0, "stop processing: n_tokens = 3007, truncated = 0")]
     rd, ev = read(lines)
-    assert one(ev, T.CACHE_INIT).data == {}
-    init = one(ev, T.INIT).data
+    assert one(ev, T.CACHE_INIT).payload.as_dict() == {}
+    init = one(ev, T.INIT).payload.as_dict()
     assert (init["n_slots"], init["kv_unified"], init["cache_ram"]) == (1, False, 0)
-    assert one(ev, T.DECODE_FAILED).data == {"ret": -1, "off": -1, "n_batch": -1}  # the line has no numbers
-    assert one(ev, T.SPEC_VERIFY).data == {"n_draft": 4, "n_accepted": 3}
-    snaps = [e.data for e in ev if e.kind == T.SLOT_SNAPSHOT]
+    assert one(ev, T.DECODE_FAILED).payload.as_dict() == {"ret": -1, "off": -1, "n_batch": -1}  # the line has no numbers
+    assert one(ev, T.SPEC_VERIFY).payload.as_dict() == {"n_draft": 4, "n_accepted": 3}
+    snaps = [e.payload.as_dict() for e in ev if e.kind == T.SLOT_SNAPSHOT]
     assert (snaps[-2]["prompt_n"], snaps[-2]["n_gen"]) == (2048, 7)
     assert [r["status"] for r in requests_json(ev)] == [500]
 
@@ -349,10 +349,10 @@ def test_reading_from_the_middle_of_a_log():
     ]
     rd, ev = read(lines)
     assert rd.n_resyncs == 1
-    allocs = [(e.data["entry_id"], e.data["n_tokens"]) for e in ev if e.kind == T.CACHE_ALLOC]
+    allocs = [(e.payload.entry_id, e.payload.n_tokens) for e in ev if e.kind == T.CACHE_ALLOC]
     assert allocs == [(0, 23), (1, 30), (2, 35)]
     ev_ = one(ev, T.CACHE_EVICT)
-    assert (ev_.data["reason"], ev_.data["entry_id"], ev_.data["n_tokens"]) == ("make_room", 0, 23)
+    assert (ev_.payload.reason, ev_.payload.entry_id, ev_.payload.n_tokens) == ("make_room", 0, 23)
     st = PanelState.rebuild(ev)
     assert [(e["id"], e["n_tokens"]) for e in st.entries.values()] == [(1, 30), (2, 35)]
     assert st.slots[0].n_tokens == 60  # a slot first seen at its release

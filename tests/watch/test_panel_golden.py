@@ -42,8 +42,8 @@ def summary(events) -> dict:
         "ckpt_marks": [m[1:] for m in st.ckpt_marks],
         "slot_tokens": {i: s.n_tokens for i, s in st.slots.items()},
         "n_requests": st.n_requests,
-        "purges": [(e.data["id_slot"], e.data["n_tokens"]) for e in events if e.kind == T.SLOT_PURGE],
-        "retries": [(e.data["ret"], e.data["off"], e.data["n_batch"]) for e in events if e.kind == T.DECODE_RETRY],
+        "purges": [(e.payload.id_slot, e.payload.n_tokens) for e in events if e.kind == T.SLOT_PURGE],
+        "retries": [(e.payload.ret, e.payload.off, e.payload.n_batch) for e in events if e.kind == T.DECODE_RETRY],
     }
 
 

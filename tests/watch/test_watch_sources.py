@@ -113,7 +113,7 @@ def test_a_restart_in_the_log_begins_a_new_life(tmp_path):
     first = want("cache_ram_fifo_bytes")
     assert w.n_lives == 2 and w.results() == first + first
     evs = w.events.replay().events
-    gone = [e for e in evs if e.kind == T.CACHE_EVICT and e.data["reason"] == "restart"]
+    gone = [e for e in evs if e.kind == T.CACHE_EVICT and e.payload.reason == "restart"]
     assert gone and all(e.seq < w.epochs[1] for e in gone)
     assert any(e.kind == T.LOG and "new server life" in e.message for e in evs)
     from slotlab.panel.state import PanelState
@@ -194,7 +194,7 @@ def test_the_poller_fills_in_and_sees_the_server_go_and_come_back(tmp_path):
         w._t_start -= 5  # the start-up lines had their chance
         assert w.wait_for(lambda: any(e.kind == T.INIT for e in w.events.log), 5)
         init = next(e for e in w.events.log if e.kind == T.INIT)
-        assert (init.data["n_slots"], init.data["n_ctx_slot"]) == (2, 4096) and "GET /props" in init.message
+        assert (init.payload.n_slots, init.payload.n_ctx_slot) == (2, 4096) and "GET /props" in init.message
         lines = w.status_lines()
         assert any("slot 0: processing, task 7: 120 tokens, 100 cached + 20 processed, 3 generated" in s for s in lines)
         assert any("slot 1: idle" in s for s in lines)

@@ -30,24 +30,24 @@ def requests_json(events: Iterable) -> list[dict]:
         pos += 1
 
     for e in events:
-        k, d = e.kind, e.data
+        k, d = e.kind, e.payload
         if k == T.TASK_LAUNCHED:
             if e.task not in comps:
                 c = comps[e.task] = {"status": None, "id_slot": e.slot, "cache_n": None, "prompt_n": None,
-                                     "tokens_evaluated": d.get("n_tokens"), "tokens_cached": None, "content": None,
+                                     "tokens_evaluated": d.n_tokens, "tokens_cached": None, "content": None,
                                      "error": None}
                 add(e.task, c)
             else:
-                comps[e.task]["tokens_evaluated"] = d.get("n_tokens")
+                comps[e.task]["tokens_evaluated"] = d.n_tokens
         elif k == T.TASK_DONE and e.task in comps:
             c = comps[e.task]
             n_eval = c["tokens_evaluated"]
             if n_eval is None or n_eval < 0:
-                n_eval = d["tokens_cached"] - d["predicted_n"] + 1
-            c.update(status=200, id_slot=e.slot, cache_n=d["cache_n"], prompt_n=d["prompt_n"], tokens_evaluated=n_eval,
-                     tokens_cached=d["tokens_cached"])
+                n_eval = d.tokens_cached - d.predicted_n + 1
+            c.update(status=200, id_slot=e.slot, cache_n=d.cache_n, prompt_n=d.prompt_n, tokens_evaluated=n_eval,
+                     tokens_cached=d.tokens_cached)
         elif k in (T.TASK_ERROR, T.TASK_CANCELLED):
-            code, type_ = (d["code"], d["type"]) if k == T.TASK_ERROR else (499, "cancelled")
+            code, type_ = (d.code, d.type) if k == T.TASK_ERROR else (499, "cancelled")
             err = {"code": code, "message": e.message if k == T.TASK_ERROR else "request cancelled by the client",
                    "type": type_}
             if e.task in comps:
@@ -58,23 +58,23 @@ def requests_json(events: Iterable) -> list[dict]:
                           "save" if e.message.startswith("Unable to save slot") else None)
                 if action is not None:
                     add(e.task, {"action": action, "status": code, "reply": {"error": err}})
-        elif k == T.SLOT_CLEAR and d.get("reason") == "erase":
+        elif k == T.SLOT_CLEAR and d.reason == "erase":
             add(max_task + 0.5, {"action": "erase", "status": 200,
-                                 "reply": {"id_slot": e.slot, "n_erased": d["n_tokens"]}})
+                                 "reply": {"id_slot": e.slot, "n_erased": d.n_tokens}})
         elif k == T.SLOT_SAVED:
             add(e.task, {"action": "save", "status": 200, "reply": {
-                "id_slot": e.slot, "filename": d["filename"], "n_saved": d["n_tokens"], "n_written": d["n_bytes"]}})
-        elif k == T.SLOT_RESTORED and not d["filename"]:  # inferred from a log: the server printed nothing
-            reply = {"id_slot": e.slot, "filename": None, "n_restored": d["n_tokens"] if d["n_tokens"] >= 0 else None,
+                "id_slot": e.slot, "filename": d.filename, "n_saved": d.n_tokens, "n_written": d.n_bytes}})
+        elif k == T.SLOT_RESTORED and not d.filename:  # inferred from a log: the server printed nothing
+            reply = {"id_slot": e.slot, "filename": None, "n_restored": d.n_tokens if d.n_tokens >= 0 else None,
                      "n_read": None}
             # before the task it names (the one whose launch showed it), else after what was seen so far
             add(e.task - 0.5 if e.task >= 0 else max_task + 0.5,
                 {"action": "restore", "status": 200, "reply": reply, "lacks": [f for f, v in reply.items() if v is None]})
         elif k == T.SLOT_RESTORED:
             add(e.task, {"action": "restore", "status": 200, "reply": {
-                "id_slot": e.slot, "filename": d["filename"], "n_restored": d["n_tokens"], "n_read": d["n_bytes"]}})
+                "id_slot": e.slot, "filename": d.filename, "n_restored": d.n_tokens, "n_read": d.n_bytes}})
         if e.task > max_task and (k in (T.TASK_LAUNCHED, T.TASK_ERROR, T.TASK_DONE, T.SLOT_SAVED)
-                                  or (k == T.SLOT_RESTORED and d["filename"])):
+                                  or (k == T.SLOT_RESTORED and d.filename)):
             max_task = e.task
     rows.sort(key=lambda r: (r[0], r[1]))
     return [r for _, _, r in rows]
@@ -84,5 +84,5 @@ def flags_of(events: Iterable) -> list[str]:
     """The flags the `init` event reconstructs from the log (empty when the log has no start-up)."""
     for e in events:
         if e.kind == T.INIT:
-            return list(e.data.get("flags", []))
+            return list(e.payload.flags)
     return []

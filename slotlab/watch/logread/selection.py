@@ -158,7 +158,7 @@ class SlotSelection:
         return d
 
     @staticmethod
-    def held(sel: Selection) -> dict | None:
+    def held(sel: Selection) -> T.Held | None:
         """The longest common prefix the log shows the server held for this prompt: each idle slot's
         `lcp` from its similarity line (-lv 4) and each RAM entry's from the load's listing (printed only
         when the cache was searched). The engine's `held` also scans busy slots and every entry, and
@@ -169,8 +169,7 @@ class SlotSelection:
         best = max(cands, key=lambda c: c[0], default=None)
         if best is None or best[0] <= 0:
             return None
-        return {"where": best[1], "id": best[2], "lcp": int(best[0]), "n_held": int(best[3]),
-                "prompt_text": "", "held_text": ""}
+        return T.Held(where=best[1], id=best[2], lcp=int(best[0]), n_held=int(best[3]), prompt_text="", held_text="")
 
     def close(self, launch: tuple[int, int] | None, deferred_task: int | None, *, message: str = "",
               level: str = "DBG") -> None:
