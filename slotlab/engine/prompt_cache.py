@@ -277,6 +277,11 @@ class PromptCache:
         self.allocate = allocate
         self.on_event = on_event
         self._records: Optional[list[CacheRecord]] = [] if record else None
+        #: whether the per-entry lines are reported: `cache_load_score` (each entry's lcp / f_keep /
+        #: f_sim at a load) and `cache_state_entry` (each entry at an update), the -lv 4 listing of the
+        #: whole cache at every request. They decide nothing; with ~140 entries they are ~290 events a
+        #: request, so a reader that folds only the decisions (`slotlab simulate`) switches them off.
+        self.per_entry = True
         self.clock = clock
         self.entries: list[CacheEntry] = []  # change it only through the methods: they keep the totals
         self._bytes = 0  # Σ entry.size() over `entries`
@@ -533,7 +538,7 @@ class PromptCache:
             lcp = self.lcp(e, tokens_new)
             f_keep = f32_ratio(lcp, n_e)
             f_sim = f32_ratio(lcp, n_new)
-            if report:
+            if report and self.per_entry:
                 self._emit(T.CACHE_LOAD_SCORE, "TRC", "load",
                            "   - prompt with length %7d, lcp = %7d, f_keep = %.3f, f_sim = %.3f"
                            % (n_e, lcp, float(f_keep), float(f_sim)),
@@ -656,7 +661,7 @@ class PromptCache:
                    n_entries=len(self.entries), size=size, n_tokens=self.n_tokens(),
                    limit_size=self.limit_size, limit_tokens=self.limit_tokens,
                    limit_tokens_cur=limit_tokens_cur)
-        for e, e_size in zip(self.entries, sizes):
+        for e, e_size in zip(self.entries, sizes) if self.per_entry else ():
             n_e = e.n_tokens()
             self._emit(T.CACHE_STATE_ENTRY, "TRC", "update",
                        "   - prompt 0x%012x: %7d tokens, checkpoints: %2d, %9.3f MiB"

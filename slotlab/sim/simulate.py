@@ -135,6 +135,8 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     eng, alloc = paper_engine(params, vocab=vocab, profile=profile, observers=observers, hindsight=hindsight)
     if not keep_events:  # a bounded log: the report folds what it needs as the events happen
         eng.events.max_log, eng.events.trim_chunk = max_log, max(1, max_log // 50)
+        if eng.core.cache is not None:  # nor does it read the per-entry listing of the RAM cache
+            eng.core.cache.per_entry = False
     mem, core = eng.memory, eng.core
     if speed.n_ubatch != mem.n_ubatch:
         speed = dataclasses.replace(speed, n_ubatch=mem.n_ubatch)
