@@ -48,18 +48,18 @@ assert r_b1["tokens_evaluated"] == 24 and r_b1["tokens_cached"] == 31"""),
     md("""Bob's request went to Alice's slot, and nothing of it was reused. The server's decisions, from
 the engine's events:"""),
     code("""def event(kind, task):
-    return next(e.data for e in eng.events.log if e.kind == kind and e.task == task)
+    return next(e.payload for e in eng.events.log if e.kind == kind and e.task == task)
 
 d = event("slot_decision", 1)
 saved = event("cache_alloc", 1)
-lcp = d["held"]["lcp"]
-print(f"slot chosen by {d['how']}: f_sim {d['f_sim']:.3f} = {lcp}/24 (> -sps 0.10), f_keep {d['f_keep']:.3f} = {lcp}/34 (< 0.50)")
-print(f"so the RAM cache was updated first: slot {saved['id_slot']}'s {saved['n_tokens']} tokens (Alice's) saved as "
-      f"entry #{saved['entry_id']} with {saved['n_checkpoints']} checkpoint")
+lcp = d.held.lcp
+print(f"slot chosen by {d.how}: f_sim {d.f_sim:.3f} = {lcp}/24 (> -sps 0.10), f_keep {d.f_keep:.3f} = {lcp}/34 (< 0.50)")
+print(f"so the RAM cache was updated first: slot {saved.id_slot}'s {saved.n_tokens} tokens (Alice's) saved as "
+      f"entry #{saved.entry_id} with {saved.n_checkpoints} checkpoint")
 print(why(eng))
-assert d["how"] == "lcp" and lcp == 15 and d["update_cache"]
-assert f"{d['f_sim']:.3f} {d['f_keep']:.3f}" == "0.625 0.441" and 0.10 < d["f_sim"] and d["f_keep"] < 0.50
-assert (saved["id_slot"], saved["n_tokens"], saved["entry_id"], saved["n_checkpoints"]) == (3, 34, 0, 1)
+assert d.how == "lcp" and lcp == 15 and d.update_cache
+assert f"{d.f_sim:.3f} {d.f_keep:.3f}" == "0.625 0.441" and 0.10 < d.f_sim and d.f_keep < 0.50
+assert (saved.id_slot, saved.n_tokens, saved.entry_id, saved.n_checkpoints) == (3, 34, 0, 1)
 assert "f_sim 0.62 > 0.10" in why(eng) and "0 tokens reused, 27 prefilled" in why(eng)
 assert "no usable checkpoint: full re-processing forced; 0 tokens reused, 24 prefilled" in why(eng)"""),
     md("""## The server's decisions, in order
@@ -101,7 +101,7 @@ carol = "Translate to German: the weather is lovely today."
 r_c = ask(eng, carol, 6); print(summary(r_c))
 r_a2 = ask(eng, alice2, 8); print(summary(r_a2))
 scores = [f"entry #{s['entry_id']}: {s['n_tokens']} tokens, lcp {s['lcp']}, f_keep {s['f_keep']:.3f}, "
-          f"f_sim {s['f_sim']:.3f}{'  <- restored' if s['winner'] else ''}" for s in event("cache_load_scores", 3)["scores"]]
+          f"f_sim {s['f_sim']:.3f}{'  <- restored' if s['winner'] else ''}" for s in event("cache_load_scores", 3).scores]
 print("\\n".join(scores))
 print(why(eng, 2))
 assert r_c["id_slot"] == 2 and r_c["timings"]["prompt_n"] == 11 and r_c["tokens_cached"] == 16

@@ -124,7 +124,7 @@ for e in (lcp, check, forced):
 print(x.miss(1).line())
 print(x.miss(4).line())
 dec = x.decisions[1]
-assert dec["how"] == "lcp" and not dec["update_cache"] and round(float(dec["f_keep"]), 2) == 0.97
+assert dec.how == "lcp" and not dec.update_cache and round(float(dec.f_keep), 2) == 0.97
 assert x.why(1) == ("slot 3 chosen by LCP similarity (f_sim 0.98 > 0.10); slot kept (f_keep 0.97 >= 0.50); "
                     "no usable checkpoint: full re-processing forced; 0 tokens reused, 328 prefilled")
 assert lcp.message == "selected slot by LCP similarity, f_sim_best = 0.976 (> 0.100 thold), f_keep = 0.967"

@@ -139,7 +139,8 @@ def simulate_main(argv: list[str]) -> int:
               "(an 8B model on one GPU)", file=sys.stderr)
     profile = resolve_profile(args.profile)
     kw = {}
-    if profile is not None and trace_kind(Path(args.trace)) == "mooncake":
+    # (a header without a vocabulary size leaves the default range: the sizing error below names what it lacks)
+    if profile is not None and profile.n_vocab and trace_kind(Path(args.trace)) == "mooncake":
         from slotlab.memory.paper import PaperVocab
 
         # a Mooncake prompt's ids must stay below the vocabulary's placeholders (granite-4.0-h-small's
