@@ -40,9 +40,6 @@ class Hindsight:
         self.vocab = vocab
         self.dropped: collections.deque[Drop] = collections.deque(maxlen=keep)  # references only
 
-    def drop(self, d: Drop) -> None:
-        self.dropped.append(d)
-
     def slot_dropped(self, slot, reason: str, seq: int, by_task: Optional[int] = None) -> None:
         """The slot's tokens are about to go (cleared, or overwritten past n_past by `by_task`)."""
         if len(slot.tokens):

@@ -650,10 +650,9 @@ class PromptCache:
                     " - cache token limit (%d, est: %d) reached, removing oldest entry (size = %.3f MiB)"
                     % (self.limit_tokens, limit_tokens_cur, self.entries[0].size() / MIB))
 
-        if not self.reporting:  # nothing to report (the sizes below are only for the report)
+        if not self.reporting:  # nothing to report
             return limit_tokens_cur
-        sizes = [e.size() for e in self.entries]
-        size = sum(sizes)
+        size = self.size()  # the running total (the listing below gives each entry's own)
         self._emit(T.CACHE_STATE, "TRC", "update",
                    " - cache state: %d prompts, %.3f MiB (limits: %.3f MiB, %d tokens, %d est)"
                    % (len(self.entries), size / MIB, self.limit_size / MIB,
@@ -661,8 +660,8 @@ class PromptCache:
                    n_entries=len(self.entries), size=size, n_tokens=self.n_tokens(),
                    limit_size=self.limit_size, limit_tokens=self.limit_tokens,
                    limit_tokens_cur=limit_tokens_cur)
-        for e, e_size in zip(self.entries, sizes) if self.per_entry else ():
-            n_e = e.n_tokens()
+        for e in self.entries if self.per_entry else ():
+            n_e, e_size = e.n_tokens(), e.size()
             self._emit(T.CACHE_STATE_ENTRY, "TRC", "update",
                        "   - prompt 0x%012x: %7d tokens, checkpoints: %2d, %9.3f MiB"
                        % (e.id, n_e, len(e.checkpoints), e_size / MIB),
