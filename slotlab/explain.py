@@ -346,6 +346,13 @@ class Explanation:
     miss: Miss | None = None
 
 
+#: the kinds `Explainer.apply` reads (slot decisions, prompt plans, init for -sps; checkpoint creations,
+#: evictions and RAM-cache evictions are what untested advice's preconditions read): a view that
+#: feeds it only these skips the rest of the stream
+READS = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVICT, T.CHECKPOINT_CREATED, T.CACHE_EVICT,
+                   T.CACHE_SKIP_OVER_LIMIT))
+
+
 class Explainer:
     """The fold: feed it events in order (`apply`), read `slots[i]` and `lines` (the latest why
     lines as (task, slot, text)). Needs `init` for `-sps` (defaults to the server's 0.10)."""

@@ -31,9 +31,7 @@ from slotlab.engine import event_types as T
 #: what the processed tokens that nothing held are called
 NEW = "new"
 #: the kinds the fold reads (every other kind is skipped)
-READS = frozenset((T.CLIENT_CALL, T.TASK_DONE, T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVICT,
-                   T.CHECKPOINT_CREATED, T.CACHE_EVICT, T.CACHE_SKIP_OVER_LIMIT))
-_EXPLAINED = READS - {T.CLIENT_CALL, T.TASK_DONE}
+READS = explain.READS | {T.CLIENT_CALL, T.TASK_DONE}
 
 
 @dataclass
@@ -91,24 +89,25 @@ def split(cache_n: int, prompt_n: int, call: T.ClientCall | None, miss: explain.
 class Timeline:
     """The fold (module docstring). `conversations()`: session -> its bars in call order; `bars()`: all,
     in call order. Bounded: the last `keep` calls (`event_types.TIMELINE_KEEP`, what a trimmed bus
-    retains)."""
+    retains). `own_explainer=False`: the owner folds the explainer's events through its own `Explainer` and
+    hands each miss over with `note_miss` (the panel: one explainer, not two over the same events)."""
 
-    def __init__(self, keep: int = T.TIMELINE_KEEP):
+    def __init__(self, keep: int = T.TIMELINE_KEEP, *, own_explainer: bool = True):
         self.keep = keep
         self.calls: collections.OrderedDict[int, T.ClientCall] = collections.OrderedDict()  # task -> call
         self.done: dict[int, tuple[int, int]] = {}  # task -> (cache_n, prompt_n)
         self.misses: dict[int, explain.Miss] = {}  # task -> miss
-        self._explainer = explain.Explainer(max_lines=keep)
+        self._explainer = explain.Explainer(max_lines=keep) if own_explainer else None
 
     def apply(self, e) -> None:
         k = e.kind
         if k not in READS:
             return
-        if k in _EXPLAINED:
-            x = self._explainer.apply(e)
-            if x is not None and x.miss is not None:
-                self.misses[e.task] = x.miss
-                self._bound(self.misses)
+        if k in explain.READS:
+            if self._explainer is not None:
+                x = self._explainer.apply(e)
+                if x is not None and x.miss is not None:
+                    self.note_miss(e.task, x.miss)
             return
         p = e.payload
         if k == T.CLIENT_CALL:
@@ -120,6 +119,11 @@ class Timeline:
         elif k == T.TASK_DONE:  # kept for every task: a live engine may finish a task before its call is announced
             self.done[e.task] = (p.cache_n, p.prompt_n)
             self._bound(self.done)
+
+    def note_miss(self, task: int, miss: explain.Miss) -> None:
+        """Task `task` lost tokens the server held (`miss`, from the explainer)."""
+        self.misses[task] = miss
+        self._bound(self.misses)
 
     def fold(self, events) -> "Timeline":
         for e in events:

@@ -63,7 +63,8 @@ class PanelState:
     _explainer: explain.Explainer = field(default_factory=lambda: explain.Explainer(max_lines=T.WHY_KEEP), repr=False,
                                           compare=False)
     #: the conversations tab's fold (slotlab.timeline): chat calls (client_call events) and their numbers
-    timeline: timeline.Timeline = field(default_factory=timeline.Timeline, repr=False, compare=False)
+    timeline: timeline.Timeline = field(default_factory=lambda: timeline.Timeline(own_explainer=False), repr=False,
+                                        compare=False)
     #: task -> its client_call (what the client changed), for the why line
     _calls: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -108,12 +109,13 @@ class PanelState:
                     if x is not None and x.task == t:
                         self.why[j] = (t, s, why_text(x, p))
             return
-        if k in _EXPLAINED:
+        if k in explain.READS:
             x = self._explainer.apply(e)
             if x is not None:  # a prompt plan: the request's why line, and its miss cause if it lost tokens
                 self.why.append((e.task, e.slot, why_text(x, self._calls.get(e.task))))
                 if x.miss is not None:
                     self.misses.append(x.miss)
+                    self.timeline.note_miss(e.task, x.miss)  # the conversations tab reads the same explainer
         if k == T.INIT:
             self.n_slots, self.n_ctx_slot = p.n_slots, p.n_ctx_slot
             self.n_swa, self.cache_ram, self.flags = p.n_swa, p.cache_ram, p.flags
@@ -168,10 +170,6 @@ def _spans(x, task: int, n_tokens: int, n_prompt: int) -> list:
 
 
 _SNAPSHOT_FIELDS = ("n_tokens", "n_prompt", "n_past", "prompt_n", "n_gen", "origin", "shifts", "checkpoints")
-#: the kinds the explainer folds (slot decisions, prompt plans, init for -sps)
-#: (checkpoint creations, evictions and RAM-cache evictions are what untested advice's preconditions read)
-_EXPLAINED = frozenset((T.INIT, T.SLOT_DECISION, T.PROMPT_PLAN, T.CHECKPOINT_EVICT, T.CHECKPOINT_CREATED, T.CACHE_EVICT,
-                        T.CACHE_SKIP_OVER_LIMIT))
 #: the kinds `PanelState.apply` folds (every other kind only advances `last_seq`)
 _FOLDED = frozenset((T.INIT, T.SLOT_SNAPSHOT, T.TASK_DONE, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_STATE,
                      T.CACHE_LOAD_SCORES, T.SLOT_DECISION, T.PROMPT_PLAN, T.CACHE_SKIP_OVER_LIMIT, T.CLIENT_CALL)
