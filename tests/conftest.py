@@ -13,6 +13,16 @@ def model() -> Model:
     return Model()
 
 
+@pytest.fixture(scope="module")
+def model_of():
+    """`model_of(path)`: the GGUF at `path` (a tiny hybrid / recurrent model of tests/models), loaded
+    once per test module and closed after it."""
+    loaded: dict = {}
+    yield lambda path: loaded[path] if path in loaded else loaded.setdefault(path, Model(path))
+    for m in loaded.values():
+        m.close()
+
+
 def greedy_run(ctx: Context, model: Model, jobs: dict[int, np.ndarray], n_gen: int, start: dict[int, int] | None = None):
     """Decode every job's prompt (seq -> tokens) in ONE batch, then generate `n_gen` greedy tokens
     per sequence, all sequences in one batch per step. `start[seq]` = position of the first prompt

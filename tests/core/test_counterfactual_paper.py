@@ -28,16 +28,6 @@ TRACES = sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.n
 SEEN: dict[str, tuple[int, float, float, int]] = {}  # trace -> (replays, real s, paper s, changes that saved)
 
 
-@pytest.fixture(scope="module")
-def model_of():
-    from slotlab.llama import Model
-
-    loaded: dict = {}
-    yield lambda path: loaded[path] if path in loaded else loaded.setdefault(path, Model(path))
-    for m in loaded.values():
-        m.close()
-
-
 @pytest.mark.parametrize("name", TRACES)
 def test_paper_counterfactuals_equal_the_real_ones(model_of, name):
     trace = load_trace(DIR / f"{name}.json")

@@ -60,19 +60,9 @@ def test_golden_trace(model, name):
     _compare(name, DIR, r.results, r.events)
 
 
-@pytest.fixture(scope="module")
-def tiny_models():
-    from slotlab.llama import Model
-
-    loaded: dict = {}
-    yield lambda path: loaded[path] if path in loaded else loaded.setdefault(path, Model(path))
-    for m in loaded.values():
-        m.close()
-
-
 @pytest.mark.parametrize("name", TINY_TRACES)
-def test_golden_trace_tiny_model(tiny_models, name):
+def test_golden_trace_tiny_model(model_of, name):
     """The hybrid (qwen35) and recurrent (mamba2) traces, each on the model its `-m` names."""
     path, _ = split_model(json.loads((TINY_DIR / f"{name}.json").read_text())["flags"])
     assert path is not None and path.exists(), f"{name}: no model {path} (make tiny-models)"
-    _check(name, TINY_DIR, tiny_models(path))
+    _check(name, TINY_DIR, model_of(path))

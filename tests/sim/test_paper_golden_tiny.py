@@ -33,16 +33,6 @@ TRACES = sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.n
 GENERATED_CONTENT: dict[str, str] = {}
 
 
-@pytest.fixture(scope="module")
-def vocab_of():
-    from slotlab.llama import Model
-
-    loaded: dict = {}
-    yield lambda path: loaded[path] if path in loaded else loaded.setdefault(path, Model(path))
-    for m in loaded.values():
-        m.close()
-
-
 def _strip(result: dict, content: bool = False) -> dict:
     r = dict(result)
     if not content:
@@ -52,12 +42,12 @@ def _strip(result: dict, content: bool = False) -> dict:
     return r
 
 
-def _run(name: str, vocab_of, scripted: bool):
+def _run(name: str, model_of, scripted: bool):
     want = json.loads((DIR / f"{name}.llama-server.json").read_text())
     trace = load_trace(DIR / f"{name}.json")
     path, rest = split_model(trace.flags)
     trace.flags = ["-m", str(path), *rest, "--no-slot-appendices"]  # the model wherever pytest runs from
-    model = vocab_of(path)
+    model = model_of(path)
     outputs = recorded_outputs(want, model) if scripted else None
     out = replay_on_paper(trace, model=model, outputs=outputs)
     theirs = decisions((DIR / f"{name}.llama-server.log").read_text().splitlines())
@@ -85,8 +75,8 @@ def test_every_tiny_trace_is_here():
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_paper_replay_matches_server(vocab_of, name):
-    want, out, theirs = _run(name, vocab_of, scripted=False)
+def test_paper_replay_matches_server(model_of, name):
+    want, out, theirs = _run(name, model_of, scripted=False)
     eng = out["engine"]
     try:
         diffs = _diffs(want, out, theirs, content=False)
@@ -102,11 +92,11 @@ def test_paper_replay_matches_server(vocab_of, name):
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_paper_replay_with_recorded_answers(vocab_of, name):
+def test_paper_replay_with_recorded_answers(model_of, name):
     """The answers' tokens in the slots' caches (as the server held them) change no decision either.
     Content is not compared: the tiny test vocabulary does not tokenize a detokenized answer back to
     the tokens the model sampled (the real-model replay, tests/golden/test_golden.py, strips it too)."""
-    want, out, theirs = _run(name, vocab_of, scripted=True)
+    want, out, theirs = _run(name, model_of, scripted=True)
     try:
         diffs = _diffs(want, out, theirs, content=False)
         assert not diffs, f"{name}: " + "; ".join(diffs[:3])
