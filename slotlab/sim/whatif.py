@@ -134,7 +134,7 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
             profile = ModelProfile.from_json(job["profile_dict"])
         else:
             profile = resolve_profile(job.get("profile"))
-        res = simulate(trace, job["flags"], speed=speed, profile=profile)
+        res = simulate(trace, job["flags"], speed=speed, profile=profile, hindsight=False)  # no "why" is read
         t = res.totals
         run.n_requests, run.n_errors = t["n_requests"], t["n_errors"]
         run.prompt_tokens, run.tokens_reused, run.tokens_prefilled = t["prompt_tokens"], t["tokens_reused"], t["tokens_prefilled"]
@@ -168,17 +168,18 @@ def _load_from_bytes(data: bytes, job: dict):
                               model=model_flag(job["flags"]))
 
 
-def _check_profile(profile: str | None) -> None:
-    """A profile that cannot be read or sized fails the whole grid once, with its own message, instead
-    of every run with the same one."""
+def _check_profile(profile: str | None):
+    """The grid's profile, resolved (None: none given). One that cannot be read or sized fails the
+    whole grid once, with its own message, instead of every run with the same one."""
     if profile is None:
-        return
+        return None
     from slotlab.errors import ModelError
     from slotlab.sim.cli import resolve_profile
 
     prof = resolve_profile(profile)
     if prof.unsized:
         raise ModelError(prof.unsized)
+    return prof
 
 
 def dask_client(address: str):
@@ -224,16 +225,14 @@ def run_grid(trace: str, base: list[str], varies, *, speed, profile: str | None 
     """Simulate every setting of the grid; results in grid order. `scheduler`: a Dask scheduler's
     address (tcp://HOST:PORT) or a `dask.distributed.Client` to run the grid on instead of local
     processes (`jobs` is then the cluster's business)."""
-    _check_profile(profile)
+    prof = _check_profile(profile)
     settings = grid(base, varies)
     job_list = [{"setting": s, "flags": f, "trace": str(trace), "limit": limit, "time_scale": time_scale,
                  "profile": profile, "speed": {k: v for k, v in asdict(speed).items()}} for s, f in settings]
     n = len(job_list)
     if scheduler is not None:
-        if profile is not None:
-            from slotlab.sim.cli import resolve_profile
-
-            d = resolve_profile(profile).to_dict()
+        if prof is not None:
+            d = prof.to_dict()
             for j in job_list:
                 j["profile_dict"] = d
         client = dask_client(scheduler) if isinstance(scheduler, str) else scheduler
@@ -336,7 +335,7 @@ def cache_timeline(trace, flags: list[str], *, speed, profile: str | None = None
         elif ev.kind in (T.CACHE_ALLOC, T.CACHE_EVICT):
             seen.append((launches[0], ev.kind, ev.payload))
 
-    res = simulate(tr, list(flags), speed=speed, profile=resolve_profile(profile), listen=listen)
+    res = simulate(tr, list(flags), speed=speed, profile=resolve_profile(profile), listen=listen, hindsight=False)
     at = sorted(r["arrival"] + r["queue_wait"] for r in res.results if r["queue_wait"] is not None)
     if len(at) != launches[0]:
         raise RuntimeError(f"{launches[0]} task launches for {len(at)} launched requests: cannot time the cache")
