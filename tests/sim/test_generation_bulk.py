@@ -108,3 +108,72 @@ def test_advance_generation_is_decode_after_decode(name, kw, gen, fills):
     assert (n_steps < 1 + 7 + 1500 + 900) == fills
     if a.tgt.iswa:  # a stream per sequence: in bulk; one stream holding another sequence: step by step
         assert calls and all(c >= 0 for c in calls) == (not kw.get("kv_unified", False))
+
+
+def _window(size, n_stream, n_swa, swa_type):
+    from slotlab.memory.paper.format import CacheSpec
+    return CellCache(CacheSpec("swa", size, n_stream, n_stream, n_swa, swa_type, (), False, False))
+
+
+def _cells(c: CellCache, n_seq: int):
+    return (c.pos.tolist(), c.seq.tolist(), c.tok.tolist(), list(c.head), list(c.used),
+            [(c.pos_min(q), c.pos_max(q), c.n_written(q)) for q in range(n_seq)])
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric"])
+@pytest.mark.parametrize("seed", range(6))
+def test_window_bulk_is_step_after_step_from_any_layout(swa_type, seed):
+    """`CellCache.advance_tokens` (runs of cells decided on numpy slices) against `prepare` + `commit`
+    one token at a time, from layouts the simulator reaches and worse: ubatches of every size, partial
+    `seq_rm` (holes, a head moved back, so head resets, wraps and purges of cells far from the head),
+    small caches and windows, streams that fail (a window as large as the cache)."""
+    rng = np.random.default_rng(1000 * seed + len(swa_type))
+    for trial in range(12):
+        size = int(rng.choice([16, 40, 64, 256]))
+        n_stream = int(rng.integers(1, 4))
+        n_swa = int(rng.integers(2, size + 8))
+        a, b = _window(size, n_stream, n_swa, swa_type), _window(size, n_stream, n_swa, swa_type)
+        have = [0] * n_stream
+        for _ in range(int(rng.integers(0, 8))):  # a history: prompt ubatches and partial removals
+            q = int(rng.integers(0, n_stream))
+            if rng.random() < 0.3 and have[q]:
+                p1 = int(rng.integers(1, have[q] + 1))
+                p0 = int(rng.integers(0, p1))
+                if rng.random() < 0.5:
+                    p1 = have[q]  # a cut-back (the server's seq_rm [n_past, end)): the sequence continues there
+                for c in (a, b):
+                    c.seq_rm(q, p0, p1)
+                if p1 == have[q]:
+                    have[q] = max(p0, a.pos_max(q) + 1)
+                continue
+            n = int(rng.integers(1, size + 1))
+            pos = np.arange(have[q], have[q] + n, dtype=np.int32)
+            tok = rng.integers(0, 99, n).astype(np.int32)
+            ub = [[(q, np.arange(n))]]
+            ok = [c.prepare(ub, pos, tok) for c in (a, b)]
+            assert ok[0] == ok[1]
+            if ok[0]:
+                a.commit(), b.commit()
+                have[q] += n
+        assert _cells(a, n_stream) == _cells(b, n_stream)
+        gen = sorted(rng.choice(n_stream, int(rng.integers(1, n_stream + 1)), replace=False).tolist())
+        if n_stream == 1:
+            gen = [0]
+        p0s = [max(have[q], a.pos_max(q) + 1) for q in gen]
+        k = int(rng.integers(1, 3 * size))
+        feed = rng.integers(0, 99, (k, len(gen))).astype(np.int32)
+        m = a.advance_tokens(gen, p0s, feed, k)
+        assert m >= 0
+        n_ok = 0
+        for j in range(k):
+            ub = [[(q, np.array([c]))] for c, q in enumerate(gen)] if n_stream > 1 else [[(gen[0], np.array([0]))]]
+            pos = np.array([p + j for p in p0s], dtype=np.int32)
+            tok = feed[j].astype(np.int32)
+            if n_stream > 1:  # one ubatch: a row per generating sequence, each in its stream
+                ub = [[(q, np.array([c])) for c, q in enumerate(gen)]]
+            if not b.prepare(ub, pos, tok):
+                break
+            b.commit()
+            n_ok += 1
+        assert m == n_ok, (size, n_stream, n_swa, swa_type, trial)
+        assert _cells(a, n_stream) == _cells(b, n_stream), (size, n_stream, n_swa, swa_type, trial)

@@ -14,7 +14,6 @@ Both answer the same calls (`seq_rm`, `seq_add`, `seq_keep`, `seq_cp`, `pos_min`
 
 from __future__ import annotations
 
-import collections
 from typing import Iterable
 
 import numpy as np
@@ -23,18 +22,8 @@ from slotlab.memory.paper.format import I32_MAX, LLAMA_MAX_SEQ, CacheSpec
 
 __all__ = ["CellCache", "CountCache", "SeqCells", "is_masked"]
 
-
-def _masked(swa_type: str, n_swa: int, p0: int, p1: int) -> bool:
-    """`is_masked` of one cell (Python ints)."""
-    if swa_type == "standard":
-        return p1 - p0 >= n_swa
-    if swa_type == "chunked":
-        return p0 < (p1 // n_swa) * n_swa
-    if swa_type == "symmetric":
-        d = p1 - p0
-        h = n_swa // 2
-        return d < -h or d > h
-    return False
+_FREE = -(1 << 62)  # the threshold of an empty cell: usable at any step
+_NEVER = 1 << 62  # a cell no window masks
 
 
 def is_masked(swa_type: str, n_swa: int, p0, p1):
@@ -468,6 +457,24 @@ class CellCache:
 
     # -- generation in bulk (the simulator's fast-forward) -----------------------------------------------
 
+    def _thresholds(self, pos: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """Per cell, the first query position at which `find_slot` may take it: -inf (FREE) for an
+        empty cell, else the first P with `is_masked(pos, P)`. With one sequence in a stream the query
+        is that sequence's pos_max + 1, and masking is monotonic in it (a masked cell stays masked as
+        the sequence grows), so "usable at step P" is one comparison: threshold <= P."""
+        n, t = self.spec.n_swa, self.spec.swa_type
+        p = pos.astype(np.int64)
+        if t == "standard":
+            th = p + n
+        elif t == "chunked":
+            th = (p // n + 1) * n
+        elif t == "symmetric":  # the query is always after the cell: only d > n_swa // 2 masks
+            th = p + n // 2 + 1
+        else:
+            th = np.full(len(p), _NEVER, dtype=np.int64)
+        th[free] = _FREE
+        return th
+
     def advance_tokens(self, seqs: list[int], p0s: list[int], feed: np.ndarray, m: int) -> int:
         """Up to `m` decodes of one token per sequence at once, each what `prepare` + `commit` of that
         step would do: step j writes `feed[j, c]` at position `p0s[c] + j` of `seqs[c]`. Returns the
@@ -477,92 +484,113 @@ class CellCache:
 
         Why it is exact: with one sequence a stream and one row a step, every split gives the same
         ubatch per stream (that row), streams do not interact, and the window masks a cell by its
-        sequence's pos_max + 1, which is this step's position. The cells it finds are `_find`'s (the
-        first usable one in ring order from the head, after the head reset). The purge `apply_ubatch`
-        does after overwriting a masked cell of position po removes every cell of the sequence at or
-        below po; since positions only grow, those are the oldest: the sequence's (position, cell)
-        pairs are kept sorted in a deque, popped from the left. Pure Python on lists: a few
-        microseconds a token instead of the ~0.4 ms of numpy calls `prepare` costs."""
+        sequence's pos_max + 1, which is this step's position. So each stream is stepped alone
+        (`_advance_stream`), and the streams' step counts agree unless one fails first (then all are
+        redone to the smallest)."""
         spec = self.spec
         if m <= 0:
             return 0
         if spec.n_stream == 1 and len(seqs) > 1:
             return -1
-        size, n_swa, swa_type = spec.size, spec.n_swa, spec.swa_type
-        st = []
         for q, p0 in zip(seqs, p0s):
             s = self.stream_of(q)
             sq = self.seq[s]
             idx = np.flatnonzero(sq >= 0)
             if len(idx) and (sq[idx] != q).any():
                 return -1  # another sequence's cells in the stream
-            ps = self.pos[s][idx]
-            o = np.argsort(ps, kind="stable")
-            ps, idx = ps[o], idx[o]
+            ps = np.sort(self.pos[s][idx])
             if len(ps) and (ps[-1] >= p0 or (len(ps) > 1 and (ps[1:] == ps[:-1]).any())):
                 return -1  # not after its last cell, or a position held twice
-            st.append([s, q, p0, self.pos[s].tolist(), sq.tolist(), collections.deque(zip(ps.tolist(), idx.tolist())),
-                       self.head[s], self.used[s], {}])
-        standard = swa_type == "standard"
-        done = 0
-        for j in range(m):
-            cells = []
-            for s, q, p0, pos_l, seq_l, dq, head, used, _ in st:
-                P = p0 + j
-                if head > used + 2:
-                    head = 0
-                start = head if head < size else 0
-                window = n_swa > 0 and used > 0  # _find's lut: the query is the sequence's pos_max + 1 = P
-                c = -1
-                for rng in (range(start, size), range(0, start)):
-                    for i in rng:
-                        if seq_l[i] < 0:
-                            c = i
-                            break
-                        if window and ((P - pos_l[i] >= n_swa) if standard
-                                       else _masked(swa_type, n_swa, pos_l[i], P)):
-                            c = i
-                            break
-                    if c >= 0:
-                        break
-                if c < 0:
-                    break  # find_slot fails in this stream: the whole step is refused
-                cells.append(c)
-            if len(cells) < len(st):
-                break
-            t_row = feed[j].tolist()
-            for col, (r, c) in enumerate(zip(st, cells)):
-                s, q, p0, pos_l, seq_l, dq, head, used, changed = r
-                P = p0 + j
-                occupied = seq_l[c] >= 0
-                po = pos_l[c]
-                pos_l[c], seq_l[c] = P, q
-                changed[c] = (P, q, t_row[col])
-                dq.append((P, c))
-                if occupied:  # apply_ubatch's seq_rm of [pos_min, po]: the sequence's cells at or below po
-                    while dq[0][0] <= po:
-                        _, ci = dq.popleft()
-                        if ci != c:
-                            pos_l[ci] = seq_l[ci] = -1
-                            changed[ci] = (-1, -1, -1)
-                            used -= 1
-                else:
-                    used += 1
-                r[6], r[7] = c + 1, used
-            done += 1
+        outs = [self._advance_stream(self.stream_of(q), q, p0, feed[:, c], m) for c, (q, p0) in enumerate(zip(seqs, p0s))]
+        done = min(o[0] for o in outs)
         if done == 0:
             return 0
-        for s, q, p0, pos_l, seq_l, dq, head, used, changed in st:
-            if changed:
-                ci = np.fromiter(changed.keys(), dtype=np.int64, count=len(changed))
-                v = np.array(list(changed.values()), dtype=np.int64).reshape(-1, 3)
-                self.pos[s][ci] = v[:, 0]
-                self.seq[s][ci] = v[:, 1]
-                self.tok[s][ci] = v[:, 2]
+        if done < m:  # a stream failed first: the others stop at the same step
+            outs = [self._advance_stream(self.stream_of(q), q, p0, feed[:, c], done)
+                    for c, (q, p0) in enumerate(zip(seqs, p0s))]
+        for q, (_, s, pos, sq, tk, head, used, lo_hi) in zip(seqs, outs):
+            self.pos[s], self.seq[s], self.tok[s] = pos, sq, tk
             self.head[s], self.used[s] = head, used
             self.seqs[s].add(q)
-            self._stats[(s, q)] = (dq[0][0], dq[-1][0])
+            self._stats[(s, q)] = lo_hi
         return done
+
+    def _advance_stream(self, s: int, q: int, p0: int, toks: np.ndarray, m: int):
+        """Step one stream holding only sequence `q` (or nothing) through up to `m` one-token decodes
+        at positions p0, p0 + 1, ..., on copies of its cells; returns (steps done, s, pos, seq, tok,
+        head, used, (pos_min, pos_max)).
+
+        Stepped in runs, not token by token. A run starts with a plain `find_slot` from the head (the
+        head reset when head > used + 2 included): the first cell, in ring order, whose threshold
+        (`_thresholds`) the step's position has reached. The next steps then take the following cells
+        one by one for as long as each is usable at its own step and the head neither wraps nor
+        resets, all decided at once on numpy slices:
+
+        * the purge `apply_ubatch` does after overwriting a masked cell of position po removes every
+          cell of the sequence at or below po. A cell the run reaches while still occupied holds a
+          position above every one reached before it (anything lower was purged), so the purge bound
+          after step t is the running maximum M_t of the run cells' old positions, and the cells gone
+          by then are exactly the sequence's cells (as the run began) at or below M_t: a prefix of
+          them sorted by position, counted by one searchsorted;
+        * so used after step t is used0 + (t + 1) - that count, which decides the head reset rule at
+          step t + 1;
+        * a cell purged before the run reaches it was masked already (its position is at most a
+          masked one's), so "usable at its step" needs only its threshold as the run began; the cells
+          the run writes hold positions above every M_t and are never purged within it."""
+        size = self.spec.size
+        pos, sq, tk = self.pos[s].copy(), self.seq[s].copy(), self.tok[s].copy()
+        head, used = self.head[s], self.used[s]
+        free = sq < 0
+        th = self._thresholds(pos, free)
+        occ = np.flatnonzero(~free)
+        o = np.argsort(pos[occ], kind="stable")
+        spos, scell = pos[occ][o].astype(np.int64), occ[o]  # the sequence's cells by position
+        j = 0
+        while j < m:
+            P = p0 + j
+            if head > used + 2:
+                head = 0
+            start = head if head < size else 0
+            ok = th[start:] <= P
+            i = int(ok.argmax())
+            if ok[i]:
+                c = start + i
+            else:
+                ok = th[:start] <= P
+                i = int(ok.argmax()) if start else 0
+                if not start or not ok[i]:
+                    break  # find_slot fails: this step and the rest are refused
+                c = i
+            w = min(size - c, m - j)
+            t = np.arange(w, dtype=np.int64)
+            qv = np.where(sq[c:c + w] < 0, -1, pos[c:c + w]).astype(np.int64)
+            mx = np.maximum.accumulate(qv)
+            gone = np.searchsorted(spos, mx, "right")
+            used_t = used + 1 + t - gone
+            if w > 1:
+                stop = (th[c + 1:c + w] > P + t[1:]) | (c + t[1:] > used_t[:-1] + 2)
+                n = 1 + int(stop.argmax()) if stop.any() else w
+            else:
+                n = 1
+            k = int(gone[n - 1])
+            if k:  # the purged cells (and the run's overwritten ones, rewritten just below)
+                cells = scell[:k]
+                pos[cells] = -1
+                sq[cells] = -1
+                tk[cells] = -1
+                th[cells] = _FREE
+            newp = np.arange(P, P + n, dtype=np.int64)
+            pos[c:c + n] = newp
+            sq[c:c + n] = q
+            tk[c:c + n] = toks[j:j + n]
+            th[c:c + n] = self._thresholds(newp, np.zeros(n, dtype=bool))
+            spos = np.concatenate((spos[k:], newp))
+            scell = np.concatenate((scell[k:], np.arange(c, c + n)))
+            used = int(used_t[n - 1])
+            head = c + n
+            j += n
+        lo_hi = (int(spos[0]), int(spos[-1])) if len(spos) else (-1, -1)
+        return j, s, pos, sq, tk, head, used, lo_hi
 
     def prepare(self, ubatches, pos: np.ndarray, tok: np.ndarray) -> bool:
         """Place every ubatch in turn (journaled); False, with everything undone, when one does not fit.
