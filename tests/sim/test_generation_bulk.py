@@ -126,13 +126,17 @@ def test_window_bulk_is_step_after_step_from_any_layout(swa_type, seed):
     """`CellCache.advance_tokens` (runs of cells decided on numpy slices) against `prepare` + `commit`
     one token at a time, from layouts the simulator reaches and worse: ubatches of every size, partial
     `seq_rm` (holes, a head moved back, so head resets, wraps and purges of cells far from the head),
-    small caches and windows, streams that fail (a window as large as the cache)."""
+    small caches and windows, streams that fail (a window as large as the cache). A third cache `c`
+    is driven as `b` but always through the general `_find` / `_apply` (a phantom sequence in every
+    stream's set turns off the one-sequence-stream path of `prepare`), so that path is checked too."""
     rng = np.random.default_rng(1000 * seed + len(swa_type))
     for trial in range(12):
         size = int(rng.choice([16, 40, 64, 256]))
         n_stream = int(rng.integers(1, 4))
         n_swa = int(rng.integers(2, size + 8))
-        a, b = _window(size, n_stream, n_swa, swa_type), _window(size, n_stream, n_swa, swa_type)
+        a, b, c3 = (_window(size, n_stream, n_swa, swa_type) for _ in range(3))
+        for st in c3.seqs:
+            st.add(250)  # no cells: `prepare` takes the general path in every stream
         have = [0] * n_stream
         for _ in range(int(rng.integers(0, 8))):  # a history: prompt ubatches and partial removals
             q = int(rng.integers(0, n_stream))
@@ -141,7 +145,7 @@ def test_window_bulk_is_step_after_step_from_any_layout(swa_type, seed):
                 p0 = int(rng.integers(0, p1))
                 if rng.random() < 0.5:
                     p1 = have[q]  # a cut-back (the server's seq_rm [n_past, end)): the sequence continues there
-                for c in (a, b):
+                for c in (a, b, c3):
                     c.seq_rm(q, p0, p1)
                 if p1 == have[q]:
                     have[q] = max(p0, a.pos_max(q) + 1)
@@ -150,12 +154,12 @@ def test_window_bulk_is_step_after_step_from_any_layout(swa_type, seed):
             pos = np.arange(have[q], have[q] + n, dtype=np.int32)
             tok = rng.integers(0, 99, n).astype(np.int32)
             ub = [[(q, np.arange(n))]]
-            ok = [c.prepare(ub, pos, tok) for c in (a, b)]
-            assert ok[0] == ok[1]
+            ok = [c.prepare(ub, pos, tok) for c in (a, b, c3)]
+            assert ok[0] == ok[1] == ok[2]
             if ok[0]:
-                a.commit(), b.commit()
+                a.commit(), b.commit(), c3.commit()
                 have[q] += n
-        assert _cells(a, n_stream) == _cells(b, n_stream)
+        assert _cells(a, n_stream) == _cells(b, n_stream) == _cells(c3, n_stream)
         gen = sorted(rng.choice(n_stream, int(rng.integers(1, n_stream + 1)), replace=False).tolist())
         if n_stream == 1:
             gen = [0]
@@ -171,9 +175,11 @@ def test_window_bulk_is_step_after_step_from_any_layout(swa_type, seed):
             tok = feed[j].astype(np.int32)
             if n_stream > 1:  # one ubatch: a row per generating sequence, each in its stream
                 ub = [[(q, np.array([c])) for c, q in enumerate(gen)]]
-            if not b.prepare(ub, pos, tok):
+            ok = b.prepare(ub, pos, tok)
+            assert ok == c3.prepare(ub, pos, tok)
+            if not ok:
                 break
-            b.commit()
+            b.commit(), c3.commit()
             n_ok += 1
         assert m == n_ok, (size, n_stream, n_swa, swa_type, trial)
-        assert _cells(a, n_stream) == _cells(b, n_stream), (size, n_stream, n_swa, swa_type, trial)
+        assert _cells(a, n_stream) == _cells(b, n_stream) == _cells(c3, n_stream), (size, n_stream, n_swa, swa_type, trial)

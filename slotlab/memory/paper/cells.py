@@ -386,7 +386,8 @@ class CellCache:
     # -- find_slot / apply_ubatch ----------------------------------------------------------------------
 
     def _find(self, s: int, n: int) -> np.ndarray | None:
-        """`find_slot` (non-contiguous): the first n usable cells in ring order from the head."""
+        """`find_slot` (non-contiguous): the first n usable cells in ring order from the head, each cell
+        tested once (n_tested < size), so fewer than n usable cells fail it."""
         spec = self.spec
         size = spec.size
         head = self.head[s]
@@ -402,8 +403,8 @@ class CellCache:
                 lut[q] = self._minmax(s, q)[1]
         found: list[np.ndarray] = []
         need, start, scanned = n, head, 0
-        while scanned < size and need > 0:
-            end = min(size, start + max(self._WINDOW, 2 * need))
+        while scanned < size and need > 0:  # [head, size), then [0, head): each cell tested once
+            end = min(size if start >= head else head, start + max(self._WINDOW, 2 * need))
             wsq = sq[start:end]
             usable = wsq < 0
             if lut is not None:
@@ -594,11 +595,24 @@ class CellCache:
 
     def prepare(self, ubatches, pos: np.ndarray, tok: np.ndarray) -> bool:
         """Place every ubatch in turn (journaled); False, with everything undone, when one does not fit.
-        On True the cells stay placed until `commit` (or `rollback`)."""
+        On True the cells stay placed until `commit` (or `rollback`).
+
+        A group whose stream holds no other sequence's cells (every stream of `-np N` without
+        `--kv-unified`, where the simulator spends its prompt time) takes `_find_one` / `_apply_one`:
+        the same cells and purges with a third of the numpy calls. Streams do not interact, so such a
+        group may be placed before the ubatch's other groups are found."""
         self._begin()
         for ub in ubatches:
             groups = []
             if self.spec.n_stream == 1:
+                if len(ub) == 1 and self.seqs[0] <= {ub[0][0]}:
+                    q, rows = ub[0]
+                    idxs = self._find_one(0, q, len(rows))
+                    if idxs is None:
+                        self._rollback()
+                        return False
+                    self._apply_one(0, q, idxs, pos[rows], tok[rows])
+                    continue
                 rows = np.concatenate([r for _, r in ub]) if len(ub) > 1 else ub[0][1]
                 idxs = self._find(0, len(rows))
                 if idxs is None:
@@ -608,13 +622,73 @@ class CellCache:
                 groups.append((0, idxs, pos[rows], seqs, tok[rows]))
             else:
                 for q, rows in sorted(ub, key=lambda g: g[0]):
-                    idxs = self._find(self.stream_of(q), len(rows))
+                    s = self.stream_of(q)
+                    alone = self.seqs[s] <= {q}
+                    idxs = self._find_one(s, q, len(rows)) if alone else self._find(s, len(rows))
                     if idxs is None:
                         self._rollback()
                         return False
-                    groups.append((self.stream_of(q), idxs, pos[rows], q, tok[rows]))
-            self._apply(groups)
+                    if alone:
+                        self._apply_one(s, q, idxs, pos[rows], tok[rows])
+                    else:
+                        groups.append((s, idxs, pos[rows], q, tok[rows]))
+            if groups:
+                self._apply(groups)
         return True
+
+    def _find_one(self, s: int, q: int, n: int) -> np.ndarray | None:
+        """`_find` in a stream that holds only sequence `q`'s cells: usable = empty, or masked at q's
+        pos_max + 1; the first n in ring order from the (possibly reset) head, as find_slot tests them."""
+        size = self.spec.size
+        if n > size:
+            return None
+        head, used = self.head[s], self.used[s]
+        if head > used + 2 * n:
+            head = 0
+        if used == 0:  # every cell empty
+            idx = np.arange(head, head + n)
+            return idx if head + n <= size else idx % size
+        sq = self.seq[s]
+        p1 = self._minmax(s, q)[1] + 1
+        if self.spec.swa_type == "standard":
+            u = self.pos[s] <= p1 - self.spec.n_swa
+        else:
+            u = is_masked(self.spec.swa_type, self.spec.n_swa, self.pos[s], p1)
+        u |= sq < 0
+        after = np.flatnonzero(u[head:])
+        if len(after) >= n:
+            return after[:n] + head
+        before = np.flatnonzero(u[:head])[:n - len(after)]
+        if len(after) + len(before) < n:
+            return None
+        return np.concatenate((after + head, before))
+
+    def _apply_one(self, s: int, q: int, idxs: np.ndarray, pos: np.ndarray, tok: np.ndarray) -> None:
+        """`_apply` of one group in a stream holding only `q`'s cells: write, then the purge of q's
+        cells at or below the largest position overwritten (every q cell is at or above pos_min, so
+        `pos <= mx` is the range [pos_min, mx]); the head after the last cell written."""
+        psq, ppos = self.seq[s], self.pos[s]
+        old = psq[idxs]
+        occ = old >= 0
+        n_occ = int(np.count_nonzero(occ))
+        mx = int(ppos[idxs][occ].max()) if n_occ else -1
+        self._write(s, idxs, pos, q, tok)
+        self.used[s] += len(idxs) - n_occ
+        self.seqs[s].add(q)
+        key = (s, q)
+        if n_occ:
+            self._stats.pop(key, None)
+        else:
+            v = self._stats.get(key)
+            if v is not None:
+                lo, hi = int(pos.min()), int(pos.max())
+                self._stats[key] = (lo if v[0] < 0 else min(v[0], lo), max(v[1], hi))
+        if mx >= 0 and self._minmax(s, q)[0] <= mx:
+            gone = np.flatnonzero((psq >= 0) & (ppos <= mx))
+            self._write(s, gone, -1, -1, -1)
+            self.used[s] -= len(gone)
+            self._stats.pop(key, None)
+        self.head[s] = int(idxs[-1]) + 1
 
     def commit(self) -> None:
         self._end()
