@@ -279,8 +279,9 @@ class PromptCache:
         self._records: Optional[list[CacheRecord]] = [] if record else None
         #: whether the per-entry lines are reported: `cache_load_score` (each entry's lcp / f_keep /
         #: f_sim at a load) and `cache_state_entry` (each entry at an update), the -lv 4 listing of the
-        #: whole cache at every request. They decide nothing; with ~140 entries they are ~290 events a
-        #: request, so a reader that folds only the decisions (`slotlab simulate`) switches them off.
+        #: whole cache at every request, and the score table a `cache_load_scores` event carries (empty
+        #: when off). They decide nothing; with ~140 entries they are ~290 events a request, so a reader
+        #: that folds only the decisions (`slotlab simulate`) switches them off.
         self.per_entry = True
         self.clock = clock
         self.entries: list[CacheEntry] = []  # change it only through the methods: they keep the totals
@@ -533,7 +534,9 @@ class PromptCache:
         f_keep_best, f_sim_best = f_keep_base, f_sim_base
         best: Optional[CacheEntry] = None
         scores: list[EntryScore] = []
-        for e in self.entries:
+        if report and not self.per_entry:  # nobody reads the per-entry table: the same choice, faster
+            best, f_keep_best, f_sim_best = self._best_entry(tokens_new, f_keep_base, f_sim_base)
+        for e in self.entries if (not report or self.per_entry) else ():
             n_e = e.n_tokens()
             lcp = self.lcp(e, tokens_new)
             f_keep = f32_ratio(lcp, n_e)
@@ -563,6 +566,32 @@ class PromptCache:
         self._emit(T.CACHE_LOAD_SCORES, "TRC", "load", "", result=result,
                    winner_id=None if best is None else best.id)
         return result
+
+    def _best_entry(self, tokens_new: np.ndarray, f_keep_base: np.float32,
+                    f_sim_base: np.float32) -> tuple[Optional[CacheEntry], np.float32, np.float32]:
+        """`load`'s scan without its per-entry table (`per_entry` off: `slotlab simulate`, where the
+        cache holds ~150 entries and this runs for every request). The ratios are the same float32
+        divisions done on arrays (one rounding of a float32 quotient, NaN for 0/0), and the sequential
+        test runs on their exact values as Python floats (a float32 is a double exactly, so every
+        comparison, NaN's included, comes out as in float32)."""
+        entries = self.entries
+        if not entries:
+            return None, f_keep_base, f_sim_base
+        lcp = self.lcp
+        lcps = np.array([lcp(e, tokens_new) for e in entries], dtype=np.float32)
+        n_es = np.array([e.tokens.shape[0] for e in entries], dtype=np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f_keeps = (lcps / n_es).tolist()
+            f_sims = (lcps / np.float32(tokens_new.shape[0])).tolist()
+        floor = float(F_KEEP_FLOOR)
+        kb, sb = float(f_keep_base), float(f_sim_base)
+        win = -1
+        for i, (fk, fs) in enumerate(zip(f_keeps, f_sims)):
+            if not fk < floor and kb < fk and sb < fs:
+                kb, sb, win = fk, fs, i
+        if win < 0:
+            return None, f_keep_base, f_sim_base
+        return entries[win], np.float32(kb), np.float32(sb)
 
     def restore(
         self,

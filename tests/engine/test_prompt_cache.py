@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slotlab.engine.prompt_cache import (
@@ -455,6 +455,41 @@ def test_load_empty_request_is_nan_and_silent():
         warnings.simplefilter("error")
         r = c.load(seq([1]), seq())
     assert np.isnan(r.f_sim_base) and r.entry is None
+
+
+_prefixes = st.lists(st.integers(0, 60), min_size=0, max_size=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries=_prefixes, tails=_prefixes, n_slot=st.integers(0, 60), slot_tail=st.integers(0, 20),
+       n_new=st.integers(0, 60), new_tail=st.integers(0, 20))
+@example(entries=[1], tails=[3], n_slot=0, slot_tail=0, n_new=10, new_tail=0)  # f_keep exactly 0.25 wins
+@example(entries=[5], tails=[0], n_slot=0, slot_tail=0, n_new=0, new_tail=0)  # an empty prompt: NaN
+def test_load_without_the_per_entry_table_makes_the_same_choice(entries, tails, n_slot, slot_tail, n_new, new_tail):
+    """`per_entry` off (`slotlab simulate`) scores on arrays (`_best_entry`): the same winner and best
+    ratios as the listed scan, on entries sharing any prefix with the prompt, an empty slot or
+    prompt (NaN), floors and float32 ties; the score table is left empty, and silent loads (a
+    preview, emit=False) still list it."""
+    new = seq(range(n_new), [-3] * new_tail)
+    slot = seq(range(n_slot), [-4] * slot_tail)
+    made = []
+    for c_ in (cache()[0], cache()[0]):
+        for k, (n, t) in enumerate(zip(entries, tails + [0] * len(entries))):
+            c_.alloc(seq(range(n), [-10 - k] * t), [], 1)
+        made.append(c_)
+    listed, fast = made
+    fast.per_entry = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a, b = listed.load(slot, new), fast.load(slot, new)
+    ia = None if a.entry is None else listed.entries.index(a.entry)
+    ib = None if b.entry is None else fast.entries.index(b.entry)
+    assert ia == ib
+    same = lambda x, y: (np.isnan(x) and np.isnan(y)) or x == y  # noqa: E731
+    assert same(a.f_keep_best, b.f_keep_best) and same(a.f_sim_best, b.f_sim_best)
+    assert type(b.f_keep_best) is np.float32 and type(b.f_sim_best) is np.float32
+    assert len(a.scores) == len(listed.entries) and b.scores == ()
+    assert len(fast.load(slot, new, emit=False).scores) == len(fast.entries)
 
 
 # -- restore / take --------------------------------------------------------------------------------
