@@ -9,6 +9,8 @@ a 1024-token window), `qwen3.5-27b` (hybrid: M-RoPE attention + delta-net recurr
 with `--repeats`), and prints per configuration the wall and CPU seconds, requests/s, the ratio
 after / before (CPU: the machines are shared, wall times count the neighbours) and whether both
 gave the same per-request results (a hash of every request's slot, cache_n, prompt_n, times, ...).
+Each side runs `simulate` as `slotlab simulate` without `--why` does: without hindsight where the
+checkout has it (engine/hindsight.py; the same decisions, nothing only explanations read).
 `--all-profiles` also runs every other shipped profile once (this checkout only). `--boost` (root)
 runs each process at top priority in a session of its own (autogroup nice -19 and nice -19), so
 the neighbours wait instead; the load average is printed with each run.
@@ -58,7 +60,9 @@ if a["profile"] != "default":
 tr = load_mooncake(a["trace"], limit=a["limit"], **kw)
 load0 = os.getloadavg()[0]
 t0, c0 = time.perf_counter(), time.process_time()
-res = simulate(tr, a["flags"], speed=SpeedModel.from_rates(8000, 60), profile=prof, fast=not a["plain"])
+import inspect
+hs = {"hindsight": False} if "hindsight" in inspect.signature(simulate).parameters else {}  # as `slotlab simulate` runs
+res = simulate(tr, a["flags"], speed=SpeedModel.from_rates(8000, 60), profile=prof, fast=not a["plain"], **hs)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 t = res.totals
 h = hashlib.sha256(json.dumps(res.results, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -22,10 +22,14 @@ an end-of-generation token) or hit a full KV pool.
 
 Prompts too (`_advance_prompt`): once a slot has started its prompt (the step that enters it,
 `_start_prompt` with its cache and checkpoint decisions, is a plain one), its further `-b` chunks
-decide nothing either, as long as no checkpoint is due (the memory needs none) and no waiting slot
-would start in the step. The batch of each step is planned as `pre_decode` fills it (one token per
+decide nothing either, as long as no checkpoint can be created in it and no waiting slot would
+start in the step. Where the memory needs checkpoints (a sliding window, a recurrent part), a chunk
+is cut as `checkpoints.cut` cuts it, and the steps stop before the first chunk that `_process_prompt`
+would leave with do_checkpoint on: one that ends the prompt, ends within n_ubatch of its end, or
+starts at a user message. The batch of each step is planned as `pre_decode` fills it (one token per
 generating slot, then the prompt slots in slot order while there is room), up to and including the
-step in which a prompt ends and its first token is sampled (unless that token ends the request), and
+step in which a prompt ends and its first token is sampled (unless that token ends the request, or
+the slot makes checkpoints), and
 `PaperMemory.advance_steps` applies the batches. Each chunk emits its `prompt_seq_rm` / `prompt_batch`
 as `_process_prompt` does.
 
@@ -215,11 +219,9 @@ class FastForward:
         core, mem = self.core, self.mem
         if not core.params.cont_batching and gen:
             return 0, now
-        gate = core.checkpoints.gate
-        for s in prm:
-            if s.state is _PROMPT and gate(s.task):  # checkpoint decisions inside the prompt: plain steps
-                return 0, now
-        n_batch = mem.info.n_batch
+        gate, cut = core.checkpoints.gate, core.checkpoints.cut
+        gated = {s.id for s in prm if s.state is _PROMPT and gate(s.task)}  # do_checkpoint: see below
+        n_batch, n_ubatch = mem.info.n_batch, mem.info.n_ubatch
         b = len(gen)
         if b > n_batch:
             return 0, now
@@ -240,6 +242,18 @@ class FastForward:
                     adds = []
                     break
                 a = min(rem[s.id], n_batch - bn)
+                if a > 0 and s.id in gated:
+                    # do_checkpoint: the chunk is cut as _process_prompt cuts it, and the step is fast-
+                    # forwarded only if it decides nothing there: the prompt goes on after it, and the
+                    # chunk neither starts at a user message nor ends within n_ubatch of the prompt end
+                    # (do_checkpoint is then switched off, so maybe_create is not called)
+                    n_prompt = s.task.n_tokens
+                    n_have = n_prompt - rem[s.id]
+                    spans = s.task.params.message_spans
+                    a = cut(s, spans, n_prompt, n_have, a)
+                    if n_have + a >= n_prompt or n_prompt < n_have + a + n_ubatch or spans.is_user_start(n_have):
+                        adds = []
+                        break
                 if a > 0:
                     adds.append((s, a))
                     bn += a
