@@ -8,7 +8,8 @@
 * a simulation whose prompts span many `-b` chunks beside generating slots gives, request by request
   and decision by decision, what plain stepping gives, also where a prompt's first token ends the
   request (n_predict 0 / 1, a scripted end-of-generation token, a prompt one token short of the
-  context) and where several prompts are processed at once.
+  context) and where several prompts are processed at once; and on slots that make checkpoints
+  (user messages inside long prompts), checkpoint by checkpoint.
 No model is loaded (JSON / GGUF-header profiles)."""
 
 from pathlib import Path
@@ -167,3 +168,69 @@ def test_prompt_fast_path_is_plain_stepping(flags, profile):
     assert rf.prefilled["bulk"] > 0.5 * (rf.prefilled["bulk"] + rf.prefilled["plain"])
     statuses = {r["status"] for r in rp.results}
     assert 200 in statuses and any(r["status"] == 200 and r["predicted_n"] <= 1 for r in rp.results)
+
+
+class _DelimVocab:
+    """A paper vocabulary that tokenizes "<n><m>..." (what PaperVocab detokenizes to) into ids, so a
+    request's message_delimiters can name token ids."""
+
+    def __init__(self, n_vocab):
+        from slotlab.memory.paper import PaperVocab
+        self._v = PaperVocab(n_vocab)
+
+    def __getattr__(self, name):
+        return getattr(self._v, name)
+
+    def tokenize(self, text, *, add_special=True, parse_special=True):
+        return np.array([int(x) for x in text.strip("<>").split("><") if x], dtype=np.int32)
+
+
+def test_prompt_fast_path_with_checkpoints_is_plain_stepping():
+    """Slots that make checkpoints (Gemma 3's sliding window): their chunks are fast-forwarded only
+    where `_process_prompt` decides nothing, so every checkpoint is created (or not) where plain
+    stepping creates it: user messages (message_delimiters) start inside long prompts, at and away
+    from chunk borders, the last one near the end, and prompts end within n_ubatch of a border."""
+    prof = ModelProfile.default()
+    USER = 7  # the user-message delimiter token
+    rng = np.random.default_rng(5)
+
+    def trace():
+        reqs = []
+        base = rng.integers(10, 50_000, 2000).astype(np.int32)
+        for i in range(24):
+            n = int(rng.integers(300, 2600))
+            toks = np.concatenate([base[:int(rng.integers(0, 1500))], rng.integers(10, 50_000, n)]).astype(np.int32)
+            for p in rng.choice(len(toks) - 1, int(rng.integers(0, 6)), replace=False):
+                toks[p] = USER
+            if i % 4 == 0:
+                toks[(len(toks) // 128) * 128] = USER  # at a chunk border
+            reqs.append(SimRequest(arrival=float(i // 3) * 2.0, n_prompt=len(toks), n_predict=int(rng.integers(2, 60)),
+                                   prompt=toks, fields={"message_delimiters": [{"role": "user", "delimiter": f"<{USER}>"}]}))
+        return SimTrace([], reqs)
+
+    def run(fast):
+        msgs, kinds, bulk = [], [], [0]
+
+        def listen(ev):
+            if ev.message:
+                msgs.append(ev.message)
+            kinds.append(ev.kind)
+            if ev.kind == "decode" and ev.payload._steps is not None:
+                bulk[0] += ev.payload.n_prompt
+
+        nonlocal rng
+        rng = np.random.default_rng(5)
+        res = simulate(trace(), "-np 3 -c 12288 -b 256 -ub 128 --cache-ram 64", speed=SPEED, profile=prof,
+                       vocab=_DelimVocab(prof.n_vocab), fast=fast, listen=listen)
+        return res, msgs, kinds, bulk[0]
+
+    (rp, mp, kp, bp), (rf, mf, kf, bf) = run(False), run(True)
+    for a, b in zip(rp.results, rf.results):
+        assert a == b, f"request {a['i']}: {a} != {b}"
+    ck = [m for m in mp if "context checkpoint" in m]
+    assert ck == [m for m in mf if "context checkpoint" in m] and len(ck) > 30
+    assert any("created context checkpoint" in m for m in ck)
+    summarized = {"decode", "slot_snapshot", "task_queued", "slot_skip", "slot_decision", "task_deferred",
+                  "task_undeferred"}
+    assert [k for k in kp if k not in summarized] == [k for k in kf if k not in summarized]
+    assert bp == 0 and bf > 0  # the fast run did fast-forward prompt chunks of checkpointing slots
