@@ -1299,3 +1299,48 @@ def _check_module() -> None:
 
 
 _check_module()
+
+
+# --------------------------------------------------------------------------------- fast constructors
+
+#: the `__init__` dataclasses generated for each payload class whose one is replaced below (tests
+#: compare the two)
+DATACLASS_INIT: dict[type, Callable] = {}
+
+
+def _fast_init(cls) -> None:
+    """Replace the `__init__` of frozen dataclass `cls` by one that writes the fields straight into the
+    instance's `__dict__`, in field order. A frozen dataclass's own `__init__` sets each field through
+    `object.__setattr__` (a global look-up and a call per field); payloads are made once per event,
+    millions of times in a simulation, where that was most of their cost. The instance is the same
+    (same fields, same values, same `__dict__` order; the signature, defaults and kw-only-ness are
+    the dataclass's). Classes with a default factory, `__post_init__`, an init=False field or slots
+    keep the dataclass's `__init__`."""
+    init = cls.__dict__.get("__init__")
+    flds = dataclasses.fields(cls)
+    if (init is None or not cls.__dataclass_params__.frozen or hasattr(cls, "__post_init__")
+            or cls.__dictoffset__ == 0 or any(not f.init or not f.kw_only or f.default_factory is not dataclasses.MISSING
+                                              or f.name in ("self", "d") for f in flds)):
+        return
+    ns = {"MISSING": dataclasses.MISSING}
+    params = []
+    for i, f in enumerate(flds):
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            ns[f"_d{i}"] = f.default
+            params.append(f"{f.name}=_d{i}")
+    body = "".join(f"    d[{f.name!r}] = {f.name}\n" for f in flds) or "    pass\n"
+    src = f"def __init__(self, *, {', '.join(params)}):\n    d = self.__dict__\n{body}" if params else \
+        "def __init__(self):\n    pass\n"
+    exec(src, ns)
+    fn = ns["__init__"]
+    fn.__qualname__ = f"{cls.__qualname__}.__init__"
+    fn.__module__ = cls.__module__
+    DATACLASS_INIT[cls] = init
+    cls.__init__ = fn
+
+
+for _cls in set(REGISTRY.values()):
+    _fast_init(_cls)
+del _cls

@@ -16,6 +16,7 @@ that raises is logged (logger `slotlab.events`, with its traceback), counted and
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import threading
@@ -75,6 +76,31 @@ class SubscriberError:
         return f"event subscriber {self.subscriber} raised on event #{self.seq} ({self.kind}): {self.error}"
 
 
+_object_new = object.__new__
+
+
+def _new_event(seq, t, kind, level, message, slot, task, payload) -> Event:
+    """`Event(seq, t, kind, level, message, slot, task, payload)`, made as fast as a plain object: a
+    frozen dataclass's `__init__` sets each field through `object.__setattr__`, which was a third of
+    the cost of `EventBus.emit`. The instance is the same (its `__dict__` holds the fields in field
+    order, as that `__init__` leaves it); `Event(...)` stays the public way to make one."""
+    ev = _object_new(Event)
+    d = ev.__dict__
+    d["seq"] = seq
+    d["t"] = t
+    d["kind"] = kind
+    d["level"] = level
+    d["message"] = message
+    d["slot"] = slot
+    d["task"] = task
+    d["payload"] = payload
+    return ev
+
+
+if tuple(f.name for f in dataclasses.fields(Event)) != ("seq", "t", "kind", "level", "message", "slot", "task", "payload"):
+    raise AssertionError("Event's fields changed: update _new_event")  # pragma: no cover
+
+
 class Replay(NamedTuple):
     """What a late subscriber rebuilds from: `EventBus.replay()`."""
 
@@ -102,7 +128,9 @@ class EventBus:
     `n_errors`, kept in `errors` (the last 50) / `last_error`; the others still get the event."""
 
     def __init__(self, max_log: int | None = 200_000, *, trim_chunk: int | None = None):
-        self._subs: list[Callable[[Event], None]] = []
+        # a tuple, replaced (never changed in place) by subscribe / unsubscribe: a delivery iterates
+        # the tuple it read, which is the snapshot `list(self._subs)` used to copy on every event
+        self._subs: tuple[Callable[[Event], None], ...] = ()
         self._n = 0
         self._t0 = time.perf_counter()
         self._lock = threading.Lock()
@@ -126,34 +154,55 @@ class EventBus:
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call `fn(event)` for every future event; returns the unsubscribe function."""
-        self._subs.append(fn)
-        return lambda: self._subs.remove(fn) if fn in self._subs else None
+        self._subs = self._subs + (fn,)
+
+        def unsubscribe() -> None:
+            subs = list(self._subs)
+            if fn in subs:
+                subs.remove(fn)
+                self._subs = tuple(subs)
+
+        return unsubscribe
 
     def emit(self, payload: _types.Payload, message: str = "", *, level: str = "TRC", slot: int = -1,
              task: int = -1) -> Event:
-        """Log and deliver the event whose numbers are `payload` (its class gives the kind)."""
+        """Log and deliver the event whose numbers are `payload` (its class gives the kind).
+
+        Events are delivered in seq order. An event emitted by a subscriber while another is being
+        delivered (a derived event, e.g. slotlab.explain's request_miss) is logged at once but
+        delivered only after the current event has reached every subscriber: no subscriber sees
+        event N+1 before N.
+
+        This runs once per engine decision (a simulation emits millions), so its fixed cost is kept
+        small: the Event is built without the frozen dataclass's per-field `object.__setattr__`
+        (`_new_event`, the same fields in the same order), the subscribers are an immutable tuple
+        (no copy per event), and the per-thread queue of derived events is a list made only when a
+        delivery starts; the event being emitted is delivered directly, the queue holds the derived
+        ones."""
         with self._lock:
-            ev = Event(self._n, time.perf_counter() - self._t0, payload.KIND, level, message, slot, task, payload)
+            ev = _new_event(self._n, time.perf_counter() - self._t0, payload.KIND, level, message, slot, task, payload)
             self._n += 1
             self.log.append(ev)
             if self.max_log is not None and len(self.log) > self.max_log:
                 self._trim()
-        # Deliver in seq order. An event emitted by a subscriber while another is being delivered (a
-        # derived event, e.g. slotlab.explain's request_miss) is logged at once but delivered only after
-        # the current event has reached every subscriber: no subscriber sees event N+1 before N.
         tl = self._tl
-        if getattr(tl, "pending", None) is not None:
-            tl.pending.append(ev)
+        pending = getattr(tl, "pending", None)
+        if pending is not None:  # inside a delivery of this thread: delivered when it has ended
+            pending.append(ev)
             return ev
-        tl.pending = collections.deque([ev])
+        tl.pending = pending = []
         try:
-            while tl.pending:
-                cur = tl.pending.popleft()
-                for fn in list(self._subs):
+            cur, i = ev, 0
+            while True:
+                for fn in self._subs:
                     try:
                         fn(cur)
                     except Exception as exc:  # a broken view must not stop the engine, but it is reported
                         self._subscriber_failed(fn, cur, exc)
+                if i == len(pending):
+                    break
+                cur = pending[i]
+                i += 1
         finally:
             tl.pending = None
         return ev
@@ -185,8 +234,15 @@ class EventBus:
         gone = self.log[:n]
         del self.log[:n]
         self.n_trimmed += n
+        # most trimmed events are of kinds no rule keeps or ends (decode, prompt_batch, ...): for them
+        # `_retain` would only count the drop, so that is done here without the call
+        rules, until, dropped, retain = self._rules, self._until, self.dropped, self._retain
         for ev in gone:
-            self._retain(ev)
+            k = ev.kind
+            if k in rules or k in until:
+                retain(ev)
+            else:
+                dropped[k] += 1
 
     def _retain(self, ev: Event) -> None:
         for r in self._until.get(ev.kind, ()):

@@ -82,15 +82,25 @@ class FastForward:
         an end-of-generation token ends its slot, so the fast-forward stops before it. None when a slot
         has no chain (plain stepping handles it)."""
         chains = []
-        is_eog = self.core.vocab.is_eog
+        vocab = self.core.vocab
+        # A PaperVocab's only end-of-generation id is `eog` (its is_eog compares with it), so the first
+        # one in a chain is found by list.index, in C, instead of one is_eog call per token (a chain
+        # per slot per fast-forward: every generated token of a simulation). Any other vocabulary is
+        # asked token by token.
+        eog = vocab.eog if type(vocab).is_eog is PaperVocab.is_eog else None
+        is_eog = vocab.is_eog
         for s in gen:
-            ch = self._chain(s, k)
+            ch = self._chain(s, k)  # k: shortened by an earlier slot's end-of-generation, if any
             if ch is None:
                 return None, k
-            for j, t in enumerate(ch):
-                if is_eog(t):  # that step ends the slot: stop before it
-                    k = j
-                    break
+            if eog is not None:
+                if eog in ch:  # that step ends the slot: stop before it
+                    k = ch.index(eog)
+            else:
+                for j, t in enumerate(ch):
+                    if is_eog(t):
+                        k = j
+                        break
             chains.append(ch)
         return chains, k
 

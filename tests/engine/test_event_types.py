@@ -257,3 +257,37 @@ def test_retention_is_bounded():
     assert sum(e.kind == "task_done" for e in held) == max(T.TIMELINE_KEEP, 4 * T.HISTORY_PER_SLOT)
     assert sum(e.kind == "slot_decision" for e in held) == T.DECISIONS_KEEP
     assert sum(bus.dropped.values()) + len(held) + len(bus.log) == bus.n_events
+
+
+def test_fast_payload_constructors_make_the_dataclass_instances():
+    """event_types replaces the frozen dataclasses' __init__ (speed): the instances must be the same,
+    field by field and in __dict__ order, and a missing or unknown field must still fail."""
+    import dataclasses
+
+    assert T.DATACLASS_INIT  # the payload classes got one
+    for cls, orig in T.DATACLASS_INIT.items():
+        kw = {f.name: ("v", i) for i, f in enumerate(dataclasses.fields(cls))}
+        ref = object.__new__(cls)
+        orig(ref, **kw)
+        got = cls(**kw)
+        assert list(vars(got).items()) == list(vars(ref).items()) and got == ref, cls
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        if required:  # defaults as the dataclass has them
+            only = {k: kw[k] for k in required}
+            ref = object.__new__(cls)
+            orig(ref, **only)
+            assert list(vars(cls(**only)).items()) == list(vars(ref).items()), cls
+            with pytest.raises(TypeError):
+                cls(**{k: kw[k] for k in required[1:]})
+        with pytest.raises(TypeError):
+            cls(**kw, no_such_field=1)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.func = 1
+
+
+def test_fast_event_constructor_makes_the_dataclass_instance():
+    from slotlab.engine.events import Event, _new_event
+
+    p = T.PromptSeqRm()
+    a, b = _new_event(3, 0.5, "k", "INF", "m", 1, 2, p), Event(3, 0.5, "k", "INF", "m", 1, 2, p)
+    assert a == b and list(vars(a).items()) == list(vars(b).items()) and type(a) is Event

@@ -305,3 +305,18 @@ def test_slot_save_and_restore_on_paper(gemma, tmp_path):
     r = eng.slot_action("restore", 0, "a.bin")
     eng.run_until(lambda: r.done)
     assert r.error is None and r.result["n_restored"] == 1503 and eng.memory.state_size(0) == n_state
+
+
+@pytest.mark.parametrize("n_vocab,n_generated", [(128256, 4096), (262144, 4096), (1000, 250), (64, 16), (4, 1)])
+def test_paper_vocab_chain_is_generated_step_by_step(n_vocab, n_generated):
+    """chain() (a hot loop, with a faster path for a power-of-two number of placeholders) returns
+    what generated() gives step by step, appended to `out`."""
+    v = PaperVocab(n_vocab, n_generated)
+    for tok, pos, seed in [(0, 0, 0), (5, 1000, 77), (n_vocab - 1, 123456, (1 << 64) - 1), (v.gen_lo, 7, 3)]:
+        want, t = [], tok
+        for j in range(300):
+            t = v.generated(t, pos + j, seed)
+            want.append(t)
+        assert v.chain(tok, pos, seed, 300) == want
+        assert v.chain(tok, pos, seed, 0) == []
+        assert v.chain(tok, pos, seed, 5, [1, 2]) == [1, 2] + want[:5]

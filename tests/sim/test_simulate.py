@@ -73,3 +73,29 @@ def test_peak_cache_bytes_stay_within_cache_ram():
     t = res.totals
     assert t["evictions"].get("make_room", 0) > 5
     assert 900 * 2**20 < t["peak_cache_bytes"] <= 1024 * 2**20
+
+
+def test_simulate_raises_the_gc_threshold_only_while_it_runs(tmp_path):
+    """simulate() runs with fewer cycle-collector passes (speed) and restores the threshold after,
+    also when it raises."""
+    import gc
+
+    import pytest
+
+    from slotlab.sim import simulate as S
+
+    rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}]
+    before = gc.get_threshold()
+    seen = []
+    simulate(_mooncake(tmp_path, rows), "-np 1 -c 4096", speed=SpeedModel.from_rates(1000, 20), profile=PROFILE,
+             listen=lambda ev: seen.append(gc.get_threshold()))
+    assert seen and all(t[0] == max(before[0], S.GC_GEN0_THRESHOLD) and t[1:] == before[1:] for t in seen)
+    assert gc.get_threshold() == before
+
+    def boom(ev):
+        raise KeyboardInterrupt  # not a subscriber error: it stops the simulation
+
+    with pytest.raises(KeyboardInterrupt):
+        simulate(_mooncake(tmp_path, rows), "-np 1 -c 4096", speed=SpeedModel.from_rates(1000, 20), profile=PROFILE,
+                 listen=boom)
+    assert gc.get_threshold() == before
