@@ -291,3 +291,36 @@ def test_fast_event_constructor_makes_the_dataclass_instance():
     p = T.PromptSeqRm()
     a, b = _new_event(3, 0.5, "k", "INF", "m", 1, 2, p), Event(3, 0.5, "k", "INF", "m", 1, 2, p)
     assert a == b and list(vars(a).items()) == list(vars(b).items()) and type(a) is Event
+
+
+def test_derived_events_are_delivered_in_seq_order_to_every_subscriber():
+    """An event emitted by a subscriber (a derived one) is logged at once but delivered after the
+    current event has reached every subscriber; a subscriber added or removed during a delivery
+    takes effect from the next event; a raising one does not stop the others."""
+    bus = EventBus(max_log=None)
+    seen: dict[str, list] = {"a": [], "b": [], "late": []}
+
+    def a(ev):
+        seen["a"].append(ev.seq)
+        if ev.seq == 0:  # two derived events, one of which derives another
+            bus.emit(T.PromptSeqRm(), "d1")
+            bus.emit(T.PromptSeqRm(), "d2")
+            bus.subscribe(lambda e: seen["late"].append(e.seq))
+        if ev.message == "d1":
+            bus.emit(T.PromptSeqRm(), "d3")
+
+    def b(ev):
+        seen["b"].append(ev.seq)
+        if ev.seq == 1:
+            raise ValueError("b is broken")
+
+    bus.subscribe(a)
+    unsub = bus.subscribe(b)
+    first = bus.emit(T.PromptSeqRm(), "root")
+    assert first.seq == 0 and [e.message for e in bus.log] == ["root", "d1", "d2", "d3"]
+    assert seen["a"] == seen["b"] == [0, 1, 2, 3] and seen["late"] == [1, 2, 3]
+    assert bus.n_errors == 1 and bus.errors[-1].seq == 1
+    unsub()
+    unsub()  # a second call does nothing
+    bus.emit(T.PromptSeqRm(), "after")
+    assert seen["b"] == [0, 1, 2, 3] and seen["a"][-1] == 4 and seen["late"][-1] == 4
