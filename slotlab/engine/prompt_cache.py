@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from slotlab.engine import event_types as T
+from slotlab.engine.prefix_index import PrefixIndex
 from slotlab.engine.tokens import as_tokens, common_prefix
 
 __all__ = [
@@ -291,6 +292,7 @@ class PromptCache:
         self.limit_tokens_cur: Optional[int] = None
         self._next_id = 0
         self._lcp_memo: Optional[tuple[np.ndarray, dict]] = None  # see one_prompt()
+        self._index = PrefixIndex()  # the entries sorted by tokens: every entry's lcp in a binary search
 
     @classmethod
     def from_cache_ram(cls, cache_ram_mib: int, n_ctx: int, **kwargs: Any) -> "PromptCache":
@@ -314,11 +316,13 @@ class PromptCache:
         object.__setattr__(e, "_cache", self)
         self._bytes += e.size()
         self._tokens += e.n_tokens()
+        self._index.add(e)
 
     def _removed(self, e: CacheEntry) -> None:
         object.__setattr__(e, "_cache", None)
         self._bytes -= e.size()
         self._tokens -= e.n_tokens()
+        self._index.remove(e)
 
     def _resized(self, delta: int) -> None:
         """An entry it holds had a buffer replaced (`CacheEntry.__setattr__`)."""
@@ -573,12 +577,17 @@ class PromptCache:
         cache holds ~150 entries and this runs for every request). The ratios are the same float32
         divisions done on arrays (one rounding of a float32 quotient, NaN for 0/0), and the sequential
         test runs on their exact values as Python floats (a float32 is a double exactly, so every
-        comparison, NaN's included, comes out as in float32)."""
+        comparison, NaN's included, comes out as in float32). The lcps come from the entries'
+        lexicographic index (prefix_index.py): a binary search, not one comparison per entry."""
         entries = self.entries
         if not entries:
             return None, f_keep_base, f_sim_base
-        lcp = self.lcp
-        lcps = np.array([lcp(e, tokens_new) for e in entries], dtype=np.float32)
+        if len(self._index) == len(entries):  # (entries changed only through the methods)
+            by_id = self._index.lcps(tokens_new)
+            lcps = np.array([by_id[id(e)] for e in entries], dtype=np.float32)
+        else:
+            lcp = self.lcp
+            lcps = np.array([lcp(e, tokens_new) for e in entries], dtype=np.float32)
         n_es = np.array([e.tokens.shape[0] for e in entries], dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             f_keeps = (lcps / n_es).tolist()

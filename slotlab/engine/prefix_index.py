@@ -1,0 +1,98 @@
+"""The RAM cache's entries in lexicographic order, so that one prompt's lcp with every entry costs a
+binary search instead of a scan.
+
+`PromptCache.load` needs `lcp(entry, prompt)` for every entry (f_keep / f_sim), ~150 entries of ~10k
+tokens on a small SWA model with `--cache-ram 8192`, and most of them share a long system prompt with
+the prompt, so each is a full comparison. For token sequences in lexicographic order (a prefix before
+its extensions) the lcp of two sequences is the minimum of the neighbour lcps between them:
+lcp(a, c) = min(lcp(a, b), lcp(b, c)) for a <= b <= c. So with the neighbour lcps kept as entries come
+and go, a prompt placed between sorted[j - 1] and sorted[j] by a binary search (log2(n) comparisons)
+has lcp min(lcp(prompt, sorted[j - 1]), neighbour lcps from i + 1 to j - 1) with sorted[i] left of it,
+and the mirror image to the right: two running minimums over an array. Exact, no hashing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from slotlab.engine.tokens import common_prefix
+
+__all__ = ["PrefixIndex"]
+
+
+def _after(d: int, a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` sorts after `b`, given d = lcp(a, b): a prefix sorts before its extensions."""
+    if d == a.shape[0]:
+        return False  # a is a prefix of b (or equal): not after
+    if d == b.shape[0]:
+        return True
+    return bool(a[d] > b[d])
+
+
+class PrefixIndex:
+    """Entries (anything with a `tokens` int32 array that never changes) sorted by their tokens, with
+    `nb[i] = lcp(sorted[i - 1], sorted[i])`. Entries compare by identity."""
+
+    def __init__(self):
+        self.sorted: list[Any] = []
+        self.nb: list[int] = []  # nb[0] is unused (0)
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def _place(self, toks: np.ndarray) -> tuple[int, dict[int, int]]:
+        """The insertion point j (after every entry that sorts before or equal to `toks`) and the lcps
+        the binary search computed, by sorted index."""
+        lo, hi = 0, len(self.sorted)
+        seen: dict[int, int] = {}
+        while lo < hi:
+            mid = (lo + hi) // 2
+            t = self.sorted[mid].tokens
+            d = seen[mid] = common_prefix(t, toks)
+            if _after(d, t, toks):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo, seen
+
+    def add(self, entry) -> None:
+        toks = entry.tokens
+        j, seen = self._place(toks)
+        left = seen[j - 1] if j - 1 in seen else (common_prefix(self.sorted[j - 1].tokens, toks) if j else 0)
+        right = None
+        if j < len(self.sorted):
+            right = seen[j] if j in seen else common_prefix(self.sorted[j].tokens, toks)
+        self.sorted.insert(j, entry)
+        self.nb.insert(j, left if j else 0)
+        if right is not None:
+            self.nb[j + 1] = right
+
+    def remove(self, entry) -> None:
+        i = next(k for k, e in enumerate(self.sorted) if e is entry)
+        del self.sorted[i]
+        if i < len(self.sorted):  # the new neighbours' lcp: the smaller of the two around the gap
+            self.nb[i + 1] = 0 if i == 0 else min(self.nb[i], self.nb[i + 1])
+        del self.nb[i]
+        if self.nb:
+            self.nb[0] = 0
+
+    def lcps(self, toks: np.ndarray) -> dict[int, int]:
+        """lcp(entry.tokens, toks) for every entry, by id(entry)."""
+        n = len(self.sorted)
+        if n == 0:
+            return {}
+        j, seen = self._place(toks)
+        out = np.empty(n, dtype=np.int64)
+        nb = np.asarray(self.nb, dtype=np.int64)
+        if j > 0:
+            left = seen[j - 1] if j - 1 in seen else common_prefix(self.sorted[j - 1].tokens, toks)
+            out[j - 1] = left
+            if j > 1:  # i < j - 1: min(left, nb[i + 1 .. j - 1])
+                out[:j - 1] = np.minimum(left, np.minimum.accumulate(nb[1:j][::-1])[::-1])
+        if j < n:
+            right = seen[j] if j in seen else common_prefix(self.sorted[j].tokens, toks)
+            out[j] = right
+            if j + 1 < n:  # i > j: min(right, nb[j + 1 .. i])
+                out[j + 1:] = np.minimum(right, np.minimum.accumulate(nb[j + 1:]))
+        return {id(e): v for e, v in zip(self.sorted, out.tolist())}

@@ -1,0 +1,35 @@
+"""`PrefixIndex` (the RAM cache's entries in lexicographic order) gives every entry's lcp with a
+prompt exactly as one `common_prefix` per entry does, as entries come and go: sequences sharing
+prefixes of every length, prefixes of each other, equal ones, empty ones."""
+
+from types import SimpleNamespace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slotlab.engine.prefix_index import PrefixIndex
+from slotlab.engine.tokens import common_prefix
+
+_seq = st.lists(st.integers(0, 3), min_size=0, max_size=12)  # a small alphabet: long shared prefixes
+_ops = st.lists(st.tuples(st.sampled_from(["add", "add", "rm", "q"]), _seq, st.integers(0, 50)), max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops=_ops)
+def test_lcps_equal_one_comparison_per_entry(ops):
+    idx, live = PrefixIndex(), []
+    for op, toks, k in ops:
+        t = np.array(toks, dtype=np.int32)
+        if op == "add":
+            e = SimpleNamespace(tokens=t)
+            idx.add(e)
+            live.append(e)
+        elif op == "rm" and live:
+            idx.remove(live.pop(k % len(live)))
+        got = idx.lcps(t)
+        assert got == {id(e): common_prefix(e.tokens, t) for e in live}
+        assert len(idx) == len(live)
+        s = idx.sorted  # the order and the neighbour lcps the queries rely on
+        assert all(tuple(a.tokens) <= tuple(b.tokens) for a, b in zip(s, s[1:]))
+        assert idx.nb[1:] == [common_prefix(a.tokens, b.tokens) for a, b in zip(s, s[1:])]
