@@ -87,7 +87,7 @@ class FastForward:
         # one in a chain is found by list.index, in C, instead of one is_eog call per token (a chain
         # per slot per fast-forward: every generated token of a simulation). Any other vocabulary is
         # asked token by token.
-        eog = vocab.eog if type(vocab).is_eog is PaperVocab.is_eog else None
+        eog = vocab.eog if getattr(type(vocab), "is_eog", None) is PaperVocab.is_eog else None  # (a wrapper may delegate)
         is_eog = vocab.is_eog
         for s in gen:
             ch = self._chain(s, k)  # k: shortened by an earlier slot's end-of-generation, if any
