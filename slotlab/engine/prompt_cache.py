@@ -429,17 +429,12 @@ class PromptCache:
             n_tokens=n_new, size_tgt=size_tgt, size_dft=size_dft, id_slot=id_slot, id_task=id_task,
         )
 
-        # every entry's lcp with the new prompt at once (prefix_index.py), where the index is whole
-        by_id = self._index.lcps(tokens) if self.entries and len(self._index) == len(self.entries) else None
+        # every entry's lcp with the new prompt at once (prefix_index.py)
+        lcps = self._index.lcps(tokens)
 
         # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
         for e in self.entries:
-            if by_id is not None:
-                if by_id[id(e)] != n_new:
-                    continue
-            elif n_new and (e.n_tokens() < n_new or e.tokens[n_new - 1] != tokens[n_new - 1]):
-                continue  # cannot hold the whole prompt (a cheap test before the lcp)
-            if by_id is not None or common_prefix(e.tokens, tokens) == n_new:
+            if lcps[id(e)] == n_new:
                 self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
                            " - prompt is already in the cache, skipping",
                            entry=e, entry_id=e.id, n_tokens=n_new)
@@ -458,13 +453,7 @@ class PromptCache:
         kept: list[CacheEntry] = []
         for e in self.entries:
             n_e = e.n_tokens()
-            if by_id is not None:
-                lcp = by_id[id(e)]
-            elif n_e and (n_e > n_new or e.tokens[n_e - 1] != tokens[n_e - 1]):
-                kept.append(e)  # not a prefix of the new prompt (a cheap test before the lcp)
-                continue
-            else:
-                lcp = common_prefix(e.tokens, tokens)
+            lcp = lcps[id(e)]
             if lcp == n_e:
                 self._removed(e)
                 self._emit(T.CACHE_EVICT, "TRC", "alloc",
@@ -591,12 +580,8 @@ class PromptCache:
         entries = self.entries
         if not entries:
             return None, f_keep_base, f_sim_base
-        if len(self._index) == len(entries):  # (entries changed only through the methods)
-            by_id = self._index.lcps(tokens_new)
-            lcps = np.array([by_id[id(e)] for e in entries], dtype=np.float32)
-        else:
-            lcp = self.lcp
-            lcps = np.array([lcp(e, tokens_new) for e in entries], dtype=np.float32)
+        by_id = self._index.lcps(tokens_new)  # (entries change only through the methods, which keep it)
+        lcps = np.array([by_id[id(e)] for e in entries], dtype=np.float32)
         n_es = np.array([e.tokens.shape[0] for e in entries], dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             f_keeps = (lcps / n_es).tolist()

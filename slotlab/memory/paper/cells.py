@@ -650,10 +650,7 @@ class CellCache:
             return idx if head + n <= size else idx % size
         sq = self.seq[s]
         p1 = self._minmax(s, q)[1] + 1
-        if self.spec.swa_type == "standard":
-            u = self.pos[s] <= p1 - self.spec.n_swa
-        else:
-            u = is_masked(self.spec.swa_type, self.spec.n_swa, self.pos[s], p1)
+        u = is_masked(self.spec.swa_type, self.spec.n_swa, self.pos[s], p1)
         u |= sq < 0
         after = np.flatnonzero(u[head:])
         if len(after) >= n:
