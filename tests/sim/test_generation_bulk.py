@@ -183,3 +183,103 @@ def test_window_bulk_is_step_after_step_from_any_layout(swa_type, seed):
             n_ok += 1
         assert m == n_ok, (size, n_stream, n_swa, swa_type, trial)
         assert _cells(a, n_stream) == _cells(b, n_stream) == _cells(c3, n_stream), (size, n_stream, n_swa, swa_type, trial)
+
+
+def _dense_truth(c: CellCache, s: int):
+    """What the dense record of stream s must say, from the cells themselves."""
+    m = c.seq[s] >= 0
+    if not m.any():
+        return None
+    qs = set(c.seq[s][m].tolist())
+    if len(qs) > 1:
+        return False
+    p = c.pos[s][m]
+    lo, hi = int(p.min()), int(p.max())
+    return (qs.pop(), lo, hi) if hi - lo + 1 == len(p) == len(set(p.tolist())) else False
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric"])
+@pytest.mark.parametrize("seed", range(5))
+def test_dense_stream_path_is_the_general_find_and_apply(swa_type, seed):
+    """`CellCache._place_dense` (slices, and a record of the positions a one-sequence stream holds)
+    against the one-sequence path without it (`_find_one` / `_apply_one`) and the general `_find` /
+    `_apply`, after every operation of a random history: prompt ubatches of any size (wrapping the
+    ring, failing for lack of usable cells), ubatches over two streams whose second group fails
+    after the first was placed (the rollback must restore the record), cut-backs, prefix and middle
+    `seq_rm`, `seq_add`, bulk generation. The record itself is checked against the cells after every
+    step: a stale one would let the dense path purge or place wrongly."""
+    rng = np.random.default_rng(7000 + 10 * seed + len(swa_type))
+    for trial in range(10):
+        size = int(rng.choice([16, 40, 64, 256]))
+        n_stream = int(rng.integers(1, 4))
+        n_swa = int(rng.integers(2, size + 8))
+        fast, plain, gen = (_window(size, n_stream, n_swa, swa_type) for _ in range(3))
+        plain._place_dense = lambda *a: None  # the one-sequence path without the record
+        for st in gen.seqs:
+            st.add(250)  # the general path in every stream
+        caches = (fast, plain, gen)
+        have = [0] * n_stream
+        for step in range(40):
+            r = rng.random()
+            q = int(rng.integers(0, n_stream))
+            if r < 0.25 and have[q]:
+                p1 = int(rng.integers(1, have[q] + 1))
+                p0 = int(rng.integers(0, p1))
+                kind = rng.integers(0, 3)
+                if kind == 0:
+                    p1 = have[q]  # a cut-back
+                elif kind == 1:
+                    p0 = 0  # a prefix
+                for c in caches:
+                    c.seq_rm(q, p0, p1)
+                if p1 == have[q]:
+                    have[q] = max(p0, fast.pos_max(q) + 1)
+            elif r < 0.3 and have[q] > 4:
+                for c in caches:
+                    c.seq_add(q, 2, have[q], -2)  # holes at 0..1 after a shift: not dense any more
+                have[q] = max(0, fast.pos_max(q) + 1)
+            elif r < 0.45:
+                p0s = [max(have[x], fast.pos_max(x) + 1) for x in [q]]
+                k = int(rng.integers(1, size))
+                feed = rng.integers(0, 99, (k, 1)).astype(np.int32)
+                outs = [c.advance_tokens([q], p0s, feed, k) for c in (fast, plain)]
+                assert outs[0] == outs[1]
+                m = outs[0]
+                for j in range(max(m, 0)):
+                    pos = np.array([p0s[0] + j], dtype=np.int32)
+                    assert gen.prepare([[(q, np.array([0]))]], pos, feed[j])
+                    gen.commit()
+                if m < 0:  # refused (another sequence's cells in the stream): all three token by token
+                    for j in range(k):
+                        pos = np.array([p0s[0] + j], dtype=np.int32)
+                        ok = [c.prepare([[(q, np.array([0]))]], pos, feed[j]) for c in caches]
+                        assert ok[0] == ok[1] == ok[2]
+                        if not ok[0]:
+                            break
+                        for c in caches:
+                            c.commit()
+                        m = j + 1
+                have[q] = max(have[q], p0s[0] + max(m, 0))
+            else:
+                qs = [q] if n_stream == 1 or rng.random() < 0.6 else sorted({q, int(rng.integers(0, n_stream))})
+                n = int(rng.integers(1, size + 1))
+                rows, pos, off = [], [], 0
+                for x in qs:
+                    p0 = max(have[x], fast.pos_max(x) + 1)
+                    pos.append(np.arange(p0, p0 + n, dtype=np.int32))
+                    rows.append((x, np.arange(off, off + n)))
+                    off += n
+                pos = np.concatenate(pos)
+                tok = rng.integers(0, 99, len(pos)).astype(np.int32)
+                ok = [c.prepare([rows], pos, tok) for c in caches]
+                assert ok[0] == ok[1] == ok[2], (trial, step)
+                if ok[0]:
+                    for c in caches:
+                        c.commit()
+                    for x in qs:
+                        have[x] = fast.pos_max(x) + 1
+            assert _cells(fast, n_stream) == _cells(plain, n_stream) == _cells(gen, n_stream), (trial, step)
+            for s in range(n_stream):
+                d = fast.dense[s]
+                if d is not None:  # (None: not known, recomputed when asked)
+                    assert d == _dense_truth(fast, s), (trial, step, s)

@@ -249,6 +249,9 @@ class CellCache:
         self.used = [0] * self.spec.n_stream
         self.seqs: list[set[int]] = [set() for _ in range(self.spec.n_stream)]  # may hold cells
         self._stats: dict[tuple[int, int], tuple[int, int]] = {}  # (stream, seq) -> (pos_min, pos_max)
+        # per stream: (q, lo, hi) = it holds exactly sequence q's cells at positions lo..hi, each once
+        # (`_dense`); False = it does not; None = not known (any write but the dense path's forgets it)
+        self.dense: list = [None] * self.spec.n_stream
 
     def stream_of(self, seq: int) -> int:
         return 0 if self.spec.n_stream == 1 else seq
@@ -297,7 +300,10 @@ class CellCache:
 
     # -- journaled cell writes ------------------------------------------------------------------------
 
-    def _write(self, s: int, idxs: np.ndarray, pos, seq, tok) -> None:
+    def _write(self, s: int, idxs, pos, seq, tok, keep_dense: bool = False) -> None:
+        """Write cells `idxs` (an index array or a slice) of stream s, journaled inside a decode."""
+        if not keep_dense:
+            self.dense[s] = None
         if self._journal is not None:
             self._journal.append((s, idxs, self.pos[s][idxs].copy(), self.seq[s][idxs].copy(),
                                   self.tok[s][idxs].copy()))
@@ -317,14 +323,14 @@ class CellCache:
 
     def _begin(self) -> None:
         self._journal = []
-        self._saved = (list(self.head), list(self.used), [set(x) for x in self.seqs], dict(self._stats))
+        self._saved = (list(self.head), list(self.used), [set(x) for x in self.seqs], dict(self._stats), list(self.dense))
 
     def _rollback(self) -> None:
         for s, idxs, p, q, t in reversed(self._journal):
             self.pos[s][idxs] = p
             self.seq[s][idxs] = q
             self.tok[s][idxs] = t
-        self.head, self.used, self.seqs, self._stats = self._saved
+        self.head, self.used, self.seqs, self._stats, self.dense = self._saved
         self._journal = None
 
     def _end(self) -> None:
@@ -336,14 +342,24 @@ class CellCache:
     def _rm(self, seq: int, p0: int, p1: int) -> None:
         streams = range(self.spec.n_stream) if seq < 0 else [self.stream_of(seq)]
         for s in streams:
+            d = None
             if seq >= 0:
                 pmin, pmax = self._minmax(s, seq)
                 if pmax < p0 or pmin >= p1:
                     continue  # nothing of this sequence in range
                 m = (self.seq[s] == seq) & (self.pos[s] >= p0) & (self.pos[s] < p1)
+                d = self.dense[s]
             else:
                 m = (self.seq[s] >= 0) & (self.pos[s] >= p0) & (self.pos[s] < p1)
             self._clear_cells(s, np.flatnonzero(m))
+            if d and d[0] == seq:  # a prefix or a suffix of lo..hi gone: the rest is still lo'..hi'
+                _, lo, hi = d
+                if p0 <= lo and p1 > hi:
+                    pass  # nothing left: an empty stream needs no record
+                elif p0 <= lo:
+                    self.dense[s] = (seq, p1, hi)
+                elif p1 > hi:
+                    self.dense[s] = (seq, lo, p0 - 1)
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
         self._rm(seq, p0, p1)
@@ -352,6 +368,7 @@ class CellCache:
         s = self.stream_of(seq)
         pos, sq = self.pos[s], self.seq[s]
         idx = np.flatnonzero((sq == seq) & (pos >= p0) & (pos < p1))
+        self.dense[s] = None
         first_freed = None
         if len(idx):
             self._invalidate(s, [seq])
@@ -381,6 +398,7 @@ class CellCache:
         self.head[s1] = self.head[s0]
         self.used[s1] = int(m.sum())
         self.seqs[s1] = {dst}
+        self.dense[s1] = None
         self._stats = {k: v for k, v in self._stats.items() if k[0] != s1}
 
     # -- find_slot / apply_ubatch ----------------------------------------------------------------------
@@ -514,6 +532,9 @@ class CellCache:
             self.head[s], self.used[s] = head, used
             self.seqs[s].add(q)
             self._stats[(s, q)] = lo_hi
+            # the stream holds only q, each position once (checked above; the run writes positions
+            # above all of them): dense exactly when the count spans lo..hi
+            self.dense[s] = (q, lo_hi[0], lo_hi[1]) if used and used == lo_hi[1] - lo_hi[0] + 1 else None
         return done
 
     def _advance_stream(self, s: int, q: int, p0: int, toks: np.ndarray, m: int):
@@ -607,11 +628,9 @@ class CellCache:
             if self.spec.n_stream == 1:
                 if len(ub) == 1 and self.seqs[0] <= {ub[0][0]}:
                     q, rows = ub[0]
-                    idxs = self._find_one(0, q, len(rows))
-                    if idxs is None:
+                    if not self._place_one(0, q, pos[rows], tok[rows]):
                         self._rollback()
                         return False
-                    self._apply_one(0, q, idxs, pos[rows], tok[rows])
                     continue
                 rows = np.concatenate([r for _, r in ub]) if len(ub) > 1 else ub[0][1]
                 idxs = self._find(0, len(rows))
@@ -623,17 +642,122 @@ class CellCache:
             else:
                 for q, rows in sorted(ub, key=lambda g: g[0]):
                     s = self.stream_of(q)
-                    alone = self.seqs[s] <= {q}
-                    idxs = self._find_one(s, q, len(rows)) if alone else self._find(s, len(rows))
+                    if self.seqs[s] <= {q}:  # alone in its stream
+                        if not self._place_one(s, q, pos[rows], tok[rows]):
+                            self._rollback()
+                            return False
+                        continue
+                    idxs = self._find(s, len(rows))
                     if idxs is None:
                         self._rollback()
                         return False
-                    if alone:
-                        self._apply_one(s, q, idxs, pos[rows], tok[rows])
-                    else:
-                        groups.append((s, idxs, pos[rows], q, tok[rows]))
+                    groups.append((s, idxs, pos[rows], q, tok[rows]))
             if groups:
                 self._apply(groups)
+        return True
+
+    def _place_one(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray) -> bool:
+        """Find and apply the cells of one group in a stream that holds only sequence `q`'s cells
+        (False: find_slot fails; the caller rolls the decode back)."""
+        r = self._place_dense(s, q, pos, tok)
+        if r is not None:
+            return r
+        idxs = self._find_one(s, q, len(pos))
+        if idxs is None:
+            return False
+        self._apply_one(s, q, idxs, pos, tok)
+        return True
+
+    def _dense_of(self, s: int, q: int):
+        """The stream's dense record (q, lo, hi), computed when not known: does it hold exactly q's
+        cells at positions lo..hi, each once? (False: no; None: the stream is empty.)"""
+        d = self.dense[s]
+        if d is None and self.used[s]:
+            sq = self.seq[s]
+            m = sq >= 0
+            if (sq[m] != q).any():
+                d = False
+            else:
+                p = self.pos[s][m]
+                lo, hi = int(p.min()), int(p.max())
+                d = (q, lo, hi) if hi - lo + 1 == len(p) and np.bincount(p - lo).max() == 1 else False
+            self.dense[s] = d
+        return d
+
+    def _place_dense(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray) -> bool | None:
+        """`_find_one` + `_apply_one` with slices, for the layout a prompt or a generation leaves: the
+        stream is empty or holds q's positions lo..hi each once (`_dense_of`), the group writes
+        hi + 1 .. hi + n, and the n cells from the (possibly reset) head are all usable, so find_slot
+        takes exactly them. None: not that case (the caller takes the general path).
+
+        Why it is exact: find_slot's first n usable cells in ring order from the head are [head,
+        head + n) when every one of them is usable. The purge of `apply_ubatch` removes q's cells at
+        or below mx, the largest position overwritten; with lo..hi each held once there are
+        mx - lo + 1 of them, n_occ of which were overwritten, so only when more remain does a scan
+        find them, and afterwards the stream holds mx + 1 .. hi + n (or lo .. hi + n without a purge),
+        each once: the record stays exact without a look at the cells. On typical traffic every group
+        of a `-np N` simulation takes this path (a few numpy calls on slices instead of masks over
+        the whole stream)."""
+        n = len(pos)
+        size = self.spec.size
+        used = self.used[s]
+        if used:
+            d = self._dense_of(s, q)
+            if not d:
+                return None
+            _, lo, hi = d
+            p0 = hi + 1
+        else:
+            lo, p0 = -1, int(pos[0])
+        if int(pos[0]) != p0 or (n > 1 and int(pos[-1]) != p0 + n - 1) or n > size:
+            return None
+        head = self.head[s]
+        if head > used + 2 * n:
+            head = 0
+        if head >= size:
+            head = 0  # find_slot's scan starts over at cell 0 (the ring order from a head at the end)
+        if n > 1 and not (pos[1:] - pos[:-1] == 1).all():
+            return None
+        sq, ps = self.seq[s], self.pos[s]
+        sw, t = self.spec.n_swa, self.spec.swa_type
+        end = head + n
+        if end <= size:
+            nw = slice(head, end)
+        else:  # the cells wrap around the ring: [head, size), then [0, end - size)
+            nw = np.concatenate((np.arange(head, size), np.arange(end - size)))
+            end -= size
+        if n == 1:
+            o = int(sq[head])
+            n_occ = 1 if o >= 0 else 0
+            mx = int(ps[head]) if n_occ else -1
+            if n_occ and not is_masked(t, sw, mx, p0):
+                return None
+        else:
+            occ = sq[nw] >= 0
+            n_occ = int(np.count_nonzero(occ))
+            mx = -1
+            if n_occ:
+                op = ps[nw][occ]
+                if not is_masked(t, sw, op, p0).all():
+                    return None
+                mx = int(op.max())
+        self._write(s, nw, pos, q, tok, keep_dense=True)
+        used += n - n_occ
+        hi = p0 + n - 1
+        if mx >= lo >= 0:  # the purge: q's cells at or below mx
+            left = mx - lo + 1 - n_occ
+            if left:
+                gone = np.flatnonzero((sq >= 0) & (ps <= mx))
+                self._write(s, gone, -1, -1, -1, keep_dense=True)
+                used -= len(gone)
+            lo = mx + 1
+        elif lo < 0:
+            lo = p0
+        self.used[s] = used
+        self.head[s] = end
+        self.seqs[s].add(q)
+        self.dense[s] = (q, lo, hi)
+        self._stats[(s, q)] = (lo, hi)
         return True
 
     def _find_one(self, s: int, q: int, n: int) -> np.ndarray | None:
