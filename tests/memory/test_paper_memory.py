@@ -320,3 +320,23 @@ def test_paper_vocab_chain_is_generated_step_by_step(n_vocab, n_generated):
         assert v.chain(tok, pos, seed, 300) == want
         assert v.chain(tok, pos, seed, 0) == []
         assert v.chain(tok, pos, seed, 5, [1, 2]) == [1, 2] + want[:5]
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_split_equal_on_one_run_per_sequence_is_the_general_split(sequential):
+    """`split_equal`'s shortcut for batches where every sequence has one run of rows (what the server
+    builds) gives the ubatches of the general loop over each sequence's rows, on random batches: any
+    number of sequences in any order (sequential mode then skips the non-consecutive ones), runs of
+    1 to 3,000 rows, ubatches of 1 to 512 (fewer rows than sequences included)."""
+    from slotlab.memory.paper.context import PaperContext, _split_equal_rows, split_equal
+    rng = np.random.default_rng(11 if sequential else 12)
+    for _ in range(400):
+        qs = rng.permutation(8)[:int(rng.integers(1, 9))].tolist()
+        if rng.random() < 0.5:
+            qs = sorted(qs)
+        seq = np.concatenate([np.full(int(rng.choice([1, 1, 2, 7, 513, 3000])), q, dtype=np.int32) for q in qs])
+        runs = PaperContext._runs(seq)
+        n_ubatch = int(rng.choice([1, 2, 3, 64, 512]))
+        got = split_equal(runs, seq, n_ubatch, sequential)
+        want = _split_equal_rows(runs, seq, n_ubatch, sequential)
+        assert [[(q, r.tolist()) for q, r in ub] for ub in got] == [[(q, r.tolist()) for q, r in ub] for ub in want]

@@ -298,6 +298,12 @@ class PaperContext:
         unified = self.attn[0].spec.n_stream == 1
         hybrid = self.kind == "hybrid"
         if self.iswa:
+            base, win = self.attn
+            # the full half, split-free where no ubatch can exceed it (see `_unsplit`): checked once,
+            # written after the window half has found its cells
+            rows = self._unsplit(base, n_ubatch, first, seq, pos, tok)
+            if rows is False:
+                return 1
             if hybrid:
                 attempts = [split_equal(runs, seq, n_ubatch, sequential=not unified)]
             else:
@@ -305,31 +311,23 @@ class PaperContext:
             for ubs in attempts:
                 if ubs is None:
                     ubs = split_equal(runs, seq, n_ubatch, sequential=not unified)
-                if not self.attn[0].prepare(ubs):
+                if rows is None and not base.prepare(ubs):
                     continue
-                if not self.attn[1].prepare(ubs, pos, tok):
+                if not win.prepare(ubs, pos, tok):
                     continue
-                self.attn[0].commit(ubs, pos, tok)
-                self.attn[1].commit()
+                if rows is None:
+                    base.commit(ubs, pos, tok)
+                else:
+                    self._append(base, rows)
+                win.commit()
                 return 0
             return 1
         cache = self.attn[0]
-        if cache.spec.size >= n_ubatch:
-            # No ubatch can exceed the cache, so `prepare` over the ubatches (split_simple / split_equal)
-            # fails exactly when a stream's rows exceed its free cells, and `commit` appends each
-            # sequence's rows in batch order whatever the split: the same outcome without splitting.
-            rows = {q: (pos[a:b], tok[a:b]) if a >= 0 else (pos[seq == q], tok[seq == q])
-                    for q, (a, b) in first.items()}
-            need: dict[int, int] = {}
-            for q, (pq, _) in rows.items():
-                st = cache.stream_of(q)
-                need[st] = need.get(st, 0) + len(pq)
-            if any(k > cache.free(st) for st, k in need.items()):
-                return 1
-            for q, (pq, tq) in rows.items():
-                cache.seq_cells(q).extend(pq, tq, in_order=True)
-            for st, k in need.items():
-                cache.used[st] += k
+        rows = self._unsplit(cache, n_ubatch, first, seq, pos, tok)
+        if rows is False:
+            return 1
+        if rows is not None:
+            self._append(cache, rows)
             return 0
         if unified and not hybrid:
             ubs = split_simple(n, n_ubatch, seq)
@@ -339,6 +337,37 @@ class PaperContext:
             return 1
         cache.commit(ubs, pos, tok)
         return 0
+
+    @staticmethod
+    def _unsplit(cache: CountCache, n_ubatch: int, first, seq, pos, tok):
+        """A count cache's part of a decode without splitting it: each sequence's rows (positions,
+        tokens), or False when they do not fit; None where the split matters (a cache smaller than a
+        ubatch).
+
+        Why: no ubatch can exceed a cache of at least n_ubatch cells, so `prepare` over the ubatches
+        (split_simple / split_equal) fails exactly when a stream's rows exceed its free cells, and
+        `commit` appends each sequence's rows in batch order whatever the split: the same outcome
+        without splitting. (The iSWA pair's window half still needs the split.)"""
+        if cache.spec.size < n_ubatch:
+            return None
+        rows = {q: (pos[a:b], tok[a:b]) if a >= 0 else (pos[seq == q], tok[seq == q]) for q, (a, b) in first.items()}
+        need: dict[int, int] = {}
+        for q, (pq, _) in rows.items():
+            st = cache.stream_of(q)
+            need[st] = need.get(st, 0) + len(pq)
+        if any(k > cache.free(st) for st, k in need.items()):
+            return False
+        return rows
+
+    @staticmethod
+    def _append(cache: CountCache, rows) -> None:
+        """Write `_unsplit`'s rows. `decode` checked that each sequence's positions do not decrease in
+        the batch and start after the memory's pos_max; that is this cache's unless it is the full
+        half of an iSWA pair (whose pos_max the window half reports), so the start is compared here."""
+        for q, (pq, tq) in rows.items():
+            sc = cache.seq_cells(q)
+            sc.extend(pq, tq, in_order=not (sc.n and pq[0] < sc.pos[sc.n - 1]))
+            cache.used[cache.stream_of(q)] += len(pq)
 
     @staticmethod
     def _runs(seq: np.ndarray) -> list[tuple[int, int, int]]:
@@ -366,6 +395,13 @@ def split_simple(n: int, n_ubatch: int, seq: np.ndarray) -> list[list[tuple[int,
 def split_equal(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) -> list[list[tuple[int, np.ndarray]]]:
     """`split_equal`: per ubatch, a set of sequences (in order of appearance; with `sequential`
     consecutive increasing ids), the same number of rows of each."""
+    if len({r[0] for r in runs}) == len(runs):
+        return _split_equal_runs(runs, n_ubatch, sequential)
+    return _split_equal_rows(runs, seq, n_ubatch, sequential)
+
+
+def _split_equal_rows(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) -> list[list[tuple[int, np.ndarray]]]:
+    """`split_equal` for any batch: each sequence's rows, wherever its runs are."""
     rows_of: dict[int, np.ndarray] = {}
     if len(runs) == 1:
         rows_of[runs[0][0]] = np.arange(len(seq))
@@ -401,6 +437,38 @@ def split_equal(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) -> list[
             ub.append((q, rows_of[q][i:i + k]))
             cur_idx[q] = i + k
             n_left -= k
+        out.append(ub)
+    return out
+
+
+def _split_equal_runs(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[int, np.ndarray]]]:
+    """`split_equal` where every sequence has one run of rows (the batches the server builds: one token
+    per generating slot, a chunk per prompt): its rows are a..b, so "still has rows at or after the
+    run's start" is "not used up", decided on integers; the same ubatches as the general loop."""
+    cur = {q: a for q, a, _ in runs}
+    n_left = sum(b - a for _, a, b in runs)
+    out = []
+    while n_left > 0:
+        chosen: list[tuple[int, int]] = []  # (seq, end of its run)
+        last = -1
+        for q, _, b in runs:
+            if cur[q] >= b:
+                continue
+            if sequential and chosen and q != last + 1:
+                continue
+            chosen.append((q, b))
+            last = q
+            if len(chosen) > n_ubatch:
+                break
+        if not chosen:
+            break
+        k = min(min(b - cur[q] for q, b in chosen), max(1, n_ubatch // len(chosen)))
+        ub = []
+        for q, _ in chosen:
+            i = cur[q]
+            ub.append((q, np.arange(i, i + k)))
+            cur[q] = i + k
+        n_left -= k * len(chosen)
         out.append(ub)
     return out
 
