@@ -720,6 +720,26 @@ class CellCache:
             return None
         sq, ps = self.seq[s], self.pos[s]
         sw, t = self.spec.n_swa, self.spec.swa_type
+        if n == 1:  # (a generating row: scalar reads and writes, journaled as such)
+            o, op = int(sq[head]), int(ps[head])
+            mx = op if o >= 0 else -1
+            if o >= 0 and not is_masked(t, sw, mx, p0):
+                return None
+            if self._journal is not None:
+                self._journal.append((s, head, op, o, int(self.tok[s][head])))
+            ps[head], sq[head], self.tok[s][head] = p0, q, int(tok[0])
+            if o < 0:
+                self.used[s] = used + 1
+            elif mx > lo:  # q's cells lo..mx - 1 are left below the overwritten one: purged
+                gone = np.flatnonzero((sq >= 0) & (ps <= mx))
+                self._write(s, gone, -1, -1, -1, keep_dense=True)
+                self.used[s] = used - len(gone)
+            lo = p0 if used == 0 else (mx + 1 if o >= 0 else lo)
+            self.head[s] = head + 1
+            self.seqs[s].add(q)
+            self.dense[s] = (q, lo, p0)
+            self._stats[(s, q)] = (lo, p0)
+            return True
         end = head + n
         if end <= size:
             nw = slice(head, end)
