@@ -58,15 +58,18 @@ class CheckpointPolicy:
         return best
 
     def maybe_create(self, slot, n_tokens_cur: int, n_tokens_start: int, near_end_or_last_user: bool) -> None:
-        """The spacing rule after the token loop: create if there is no checkpoint yet, at the last user
-        message or near the prompt end, or more than `checkpoint_min_step` after the last one."""
-        mem_min, mem_max = self.memory.pos_min(slot.id), self.memory.pos_max(slot.id)
-        if mem_min < 0:
-            return
+        """The spacing rule after the token loop (`would_create`), then `create_checkpoint`."""
+        if self.would_create(slot, n_tokens_start, near_end_or_last_user):
+            self.create_checkpoint(slot, n_tokens_cur, self.memory.pos_min(slot.id), self.memory.pos_max(slot.id))
+
+    def would_create(self, slot, n_tokens_start: int, near_end_or_last_user: bool) -> bool:
+        """The spacing rule: create if the memory holds the sequence and there is no checkpoint yet, it
+        is the last user message or near the prompt end, or more than `checkpoint_min_step` after the
+        last one. (The simulator's fast-forward asks it to price the state copy beforehand.)"""
+        if self.memory.pos_min(slot.id) < 0:
+            return False
         ck = slot.checkpoints
-        if not (not ck or near_end_or_last_user or n_tokens_start > ck[-1].n_tokens + self.min_step):
-            return
-        self.create_checkpoint(slot, n_tokens_cur, mem_min, mem_max)
+        return not ck or near_end_or_last_user or n_tokens_start > ck[-1].n_tokens + self.min_step
 
     def create_checkpoint(self, slot, n_tokens_cur: int, pos_min: int, pos_max: int) -> None:
         """`create_checkpoint` (spec 4.3): too-close eviction, FIFO cap, supersede, append."""

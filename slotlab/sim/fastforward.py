@@ -25,8 +25,11 @@ Prompts too (`_advance_prompt`): once a slot has started its prompt (the step th
 decide nothing either, as long as no checkpoint can be created in it and no waiting slot would
 start in the step. Where the memory needs checkpoints (a sliding window, a recurrent part), a chunk
 is cut as `checkpoints.cut` cuts it, and the steps stop before the first chunk that `_process_prompt`
-would leave with do_checkpoint on: one that ends the prompt, ends within n_ubatch of its end, or
-starts at a user message. The batch of each step is planned as `pre_decode` fills it (one token per
+would leave with do_checkpoint on (one that ends the prompt, ends within n_ubatch of its end, or
+starts at a user message) unless it is the first step: then its `maybe_create` runs before the
+memory is advanced, as it runs before the server's decode, on a step `PaperMemory.step_fits` says
+cannot fail, its state copy is charged to that step's time (`copy_time`), and a checkpoint made
+ends the fast-forward there (it changes how the next chunks are cut). The batch of each step is planned as `pre_decode` fills it (one token per
 generating slot, then the prompt slots in slot order while there is room), up to and including the
 step in which a prompt ends and its first token is sampled (unless that token ends the request, or
 the slot makes checkpoints), and
@@ -68,13 +71,18 @@ class FastForward:
     """Fast-forwards the generation of `core` (a `ServerCore` on a `PaperMemory`); step time `dt_of(n, n_outputs)`
     for a decode of n tokens (the simulator's speed model)."""
 
-    def __init__(self, core, dt_of, *, min_steps: int = 2, first_token_only=None):
+    def __init__(self, core, dt_of, *, min_steps: int = 2, first_token_only=None, copy_time=None):
         self.core, self.mem, self.dt_of = core, core.memory, dt_of
+        # the time of copying n bytes of state (a checkpoint made in a fast-forward's first step is
+        # charged to that step, as the simulator charges a plain step's copies); None: no checkpoint
+        # is made in a fast-forward
+        self.copy_time = copy_time
         self.ctx_cost = False  # pass each step's context (dt_of's n_ctx) for a speed model with t_ctx
         self.first_token_only = first_token_only  # an on_token callback that ignores all but the first token
         self.min_steps = max(1, int(min_steps))
         self.ok = isinstance(self.mem, PaperMemory) and core.spec is None and self.mem.dft is None
         self.n_bulk = 0  # fast-forwards done
+        self.n_checkpoints = 0  # of them, those whose first step made a checkpoint
         self.n_steps = 0  # steps they covered
 
     def _chains(self, gen, k: int) -> tuple[list | None, int]:
@@ -217,6 +225,25 @@ class FastForward:
         self.n_steps += k
         return k, clocks[k - 1]
 
+    def _checkpoint_step(self, adds, ck) -> None:
+        """Step 0's chunks as `_process_prompt` adds them, the checkpoint slot's `maybe_create` right
+        after its own chunk (before the decode, on the memory as it is), and its copy charged: the
+        planned clock has it, so the simulator must not charge it again."""
+        core = self.core
+        emit = core.emit
+        cs, _, n_have, flag, _ = ck
+        for s, a in adds:
+            p0 = len(s.tokens)
+            emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
+            s.tokens.extend(s.task.tokens[p0:p0 + a])
+            if s.stats.is_set():
+                s.stats.n_prompt_processed += a
+            emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
+            if s is cs:
+                core.checkpoints.maybe_create(s, a, n_have, flag)
+        self.mem.copied = 0
+        self.n_checkpoints += 1
+
     # -- prompts ---------------------------------------------------------------------------------------
 
     def _advance_prompt(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int) -> tuple[int, float]:
@@ -242,6 +269,7 @@ class FastForward:
         clocks: list[float] = []
         c = now
         first = None  # the slot whose prompt ends in the last planned step, and its first token
+        ck = None  # (slot, chunk, n_have, near_end_or_last_user, bytes): the checkpoint step 0 makes
         while len(plan) < kmax and (not plan or c < next_arrival):
             bn = b
             adds = []
@@ -261,13 +289,23 @@ class FastForward:
                     n_have = n_prompt - rem[s.id]
                     spans = s.task.params.message_spans
                     a = cut(s, spans, n_prompt, n_have, a)
-                    if n_have + a >= n_prompt or n_prompt < n_have + a + n_ubatch or spans.is_user_start(n_have):
-                        adds = []
-                        break
+                    near_end = n_prompt < n_have + a + n_ubatch
+                    if n_have + a >= n_prompt or near_end or spans.is_user_start(n_have):
+                        # do_checkpoint stays on: maybe_create runs before the step's decode, so only
+                        # the first step may do it (on the memory as it is now), once, where the
+                        # decode cannot fail after it (step_fits, checked below)
+                        if plan or ck is not None or self.copy_time is None:
+                            adds = []
+                            break
+                        flag = near_end or n_have == spans.last_user_message_pos()
+                        nb = (mem.state_size(s.id, partial=True)
+                              if core.checkpoints.would_create(s, n_have, flag) else 0)
+                        ck = (s, a, n_have, flag, nb)
                 if a > 0:
                     adds.append((s, a))
                     bn += a
             if not adds:
+                ck = None if not plan else ck
                 break  # nothing left to prefill here (a plain step will tell)
             done = [s for s, a in adds if a == rem[s.id]]
             if done:
@@ -291,12 +329,17 @@ class FastForward:
                 j = len(plan) - 1
                 ng = sum(g.tokens.pos_next() + j for g in gen)
                 starts = [(a, s.task.n_tokens - rem[s.id] - a) for s, a in adds]
-                c += self.dt_of(bn, b + len(done), ng + sum(a * p for a, p in starts), ng + sum(p for _, p in starts))
+                dt = self.dt_of(bn, b + len(done), ng + sum(a * p for a, p in starts), ng + sum(p for _, p in starts))
             else:
-                c += self.dt_of(bn, b + len(done))  # the generating slots' outputs, and the prompt's last
+                dt = self.dt_of(bn, b + len(done))  # the generating slots' outputs, and the prompt's last
+            if ck is not None and len(plan) == 1 and ck[4]:
+                dt += self.copy_time(ck[4])  # the simulator's plain step: now + (decodes + copies)
+            c += dt
             clocks.append(c)
             if first is not None:
                 break
+            if ck is not None and ck[4]:
+                break  # the checkpoint it makes changes how later chunks are cut (checkpoints.cut reads them)
         k = len(plan)
         if k == 0:
             return 0, now
@@ -327,8 +370,15 @@ class FastForward:
                     want = gen_rows + [row - 1]  # the prompt's last row: the first sample reads it
             steps.append(runs)
             logits.append(want)
+        if ck is not None:
+            # the checkpoint first (it reads the memory before the decode), on a step that cannot fail
+            if not mem.step_fits(steps[0]):
+                return 0, now
+            self._checkpoint_step(plan[0], ck)
         m = mem.advance_steps(steps, logits)
         if m == 0:
+            if ck is not None:
+                raise AssertionError("a fast-forward step predicted to fit did not (after its checkpoint)")
             return 0, now
         if m < k:
             first = None
@@ -337,8 +387,8 @@ class FastForward:
         tnow = now_us()
         met = core.metrics
         emit = core.emit
-        n_prompt = 0
-        for adds in plan[:k]:
+        n_prompt = sum(a for _, a in plan[0]) if ck is not None else 0
+        for adds in plan[1:k] if ck is not None else plan[:k]:
             for s, a in adds:  # _process_prompt
                 p0 = len(s.tokens)
                 emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)

@@ -228,7 +228,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     decoded, decoded_out, decoded_ctx, decoded_kv = mem.decoded, mem.decoded_out, mem.decoded_ctx, mem.decoded_kv
     ctx_cost = mem.count_ctx = speed.t_ctx > 0 or speed.t_kv > 0  # the attention terms need each decode's context
     dt_of = speed.decode_time
-    ff = FastForward(core, dt_of, first_token_only=on_token) if fast else None
+    ff = FastForward(core, dt_of, first_token_only=on_token, copy_time=speed.copy_time) if fast else None
     if ff is not None:
         ff.ctx_cost = ctx_cost
     # hold-back (fast mode, requests without id_slot): a request that arrives while every slot is busy

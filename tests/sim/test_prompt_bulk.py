@@ -12,6 +12,7 @@
   (user messages inside long prompts), checkpoint by checkpoint.
 No model is loaded (JSON / GGUF-header profiles)."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -185,11 +186,14 @@ class _DelimVocab:
         return np.array([int(x) for x in text.strip("<>").split("><") if x], dtype=np.int32)
 
 
-def test_prompt_fast_path_with_checkpoints_is_plain_stepping():
+@pytest.mark.parametrize("t_byte", [0.0, 2e-8])  # with a copy cost, the checkpoint's copy moves the clock
+def test_prompt_fast_path_with_checkpoints_is_plain_stepping(t_byte):
     """Slots that make checkpoints (Gemma 3's sliding window): their chunks are fast-forwarded only
     where `_process_prompt` decides nothing, so every checkpoint is created (or not) where plain
     stepping creates it: user messages (message_delimiters) start inside long prompts, at and away
-    from chunk borders, the last one near the end, and prompts end within n_ubatch of a border."""
+    from chunk borders, the last one near the end, and prompts end within n_ubatch of a border. A
+    chunk that makes a checkpoint may be a fast-forward's first step (the checkpoint is made on the
+    memory before that step's decode, and its copy is charged to that step's time)."""
     prof = ModelProfile.default()
     USER = 7  # the user-message delimiter token
     rng = np.random.default_rng(5)
@@ -209,22 +213,29 @@ def test_prompt_fast_path_with_checkpoints_is_plain_stepping():
         return SimTrace([], reqs)
 
     def run(fast):
-        msgs, kinds, bulk = [], [], [0]
+        msgs, kinds, bulk = [], [], [0, 0]
+        made = [False]
 
         def listen(ev):
             if ev.message:
                 msgs.append(ev.message)
             kinds.append(ev.kind)
-            if ev.kind == "decode" and ev.payload._steps is not None:
-                bulk[0] += ev.payload.n_prompt
+            if ev.kind == "checkpoint_created":
+                made[0] = True
+            if ev.kind == "decode":
+                if ev.payload._steps is not None:
+                    bulk[0] += ev.payload.n_prompt
+                    bulk[1] += made[0]  # a checkpoint made in a fast-forward's first step
+                made[0] = False
 
         nonlocal rng
         rng = np.random.default_rng(5)
-        res = simulate(trace(), "-np 3 -c 12288 -b 256 -ub 128 --cache-ram 64", speed=SPEED, profile=prof,
+        speed = dataclasses.replace(SPEED, t_byte=t_byte)
+        res = simulate(trace(), "-np 3 -c 12288 -b 256 -ub 128 --cache-ram 64", speed=speed, profile=prof,
                        vocab=_DelimVocab(prof.n_vocab), fast=fast, listen=listen)
-        return res, msgs, kinds, bulk[0]
+        return res, msgs, kinds, bulk
 
-    (rp, mp, kp, bp), (rf, mf, kf, bf) = run(False), run(True)
+    (rp, mp, kp, (bp, cp)), (rf, mf, kf, (bf, cf)) = run(False), run(True)
     for a, b in zip(rp.results, rf.results):
         assert a == b, f"request {a['i']}: {a} != {b}"
     ck = [m for m in mp if "context checkpoint" in m]
@@ -234,3 +245,4 @@ def test_prompt_fast_path_with_checkpoints_is_plain_stepping():
                   "task_undeferred"}
     assert [k for k in kp if k not in summarized] == [k for k in kf if k not in summarized]
     assert bp == 0 and bf > 0  # the fast run did fast-forward prompt chunks of checkpointing slots
+    assert cp == 0 and cf > 5  # and made checkpoints in the first step of fast-forwards

@@ -433,6 +433,32 @@ class PaperMemory:
         self._last = (tok, pos, want)
         return m
 
+    def step_fits(self, runs: Sequence[tuple[int, Any, int]]) -> bool:
+        """True when a decode of the batch `runs` ((seq, tokens, pos0) in row order, positions that
+        continue each sequence) cannot fail for lack of cells; False when that is not known here.
+
+        Known for a stream per sequence (no `--kv-unified`): a count cache fails exactly when a stream
+        lacks free cells for its rows (no ubatch exceeding it), a recurrent part never fails, and a
+        window cache of at least n_swa + n_ubatch cells (its size unless --swa-full, which makes it as
+        large as the full cache) always has a ubatch's cells usable, since only the sequence's own
+        cells inside the window (fewer than n_swa: one a position) are not. (The fast-forward asks
+        before it makes a checkpoint that must precede the decode.)"""
+        ctx = self.tgt
+        if self.dft is not None or not ctx.attn:
+            return self.dft is None
+        base = ctx.attn[0]
+        if base.spec.n_stream == 1 or base.spec.size < self.n_ubatch:
+            return False
+        if ctx.iswa:
+            win = ctx.attn[1].spec
+            if win.size < win.n_swa + self.n_ubatch and win.size < base.spec.size:
+                return False
+        need: dict[int, int] = {}
+        for q, t, _ in runs:
+            st = base.stream_of(q)
+            need[st] = need.get(st, 0) + len(t)
+        return all(k <= base.free(st) for st, k in need.items())
+
     def _bulk_steps(self, ctx: PaperContext, cache: CountCache, steps) -> int:
         """`advance_steps` on a count cache: -1 when the steps are not plain continuations (then the
         caller decodes them one by one), else the steps applied (0: the first does not fit)."""
