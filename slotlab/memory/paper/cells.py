@@ -513,6 +513,11 @@ class CellCache:
             return -1
         for q, p0 in zip(seqs, p0s):
             s = self.stream_of(q)
+            d = self.dense[s]
+            if d and d[0] == q:  # only q's cells, each position once (the dense record): no scan needed
+                if d[2] >= p0:
+                    return -1
+                continue
             sq = self.seq[s]
             idx = np.flatnonzero(sq >= 0)
             if len(idx) and (sq[idx] != q).any():
@@ -565,8 +570,15 @@ class CellCache:
         free = sq < 0
         th = self._thresholds(pos, free)
         occ = np.flatnonzero(~free)
-        o = np.argsort(pos[occ], kind="stable")
-        spos, scell = pos[occ][o].astype(np.int64), occ[o]  # the sequence's cells by position
+        d = self.dense[s]
+        if d and d[0] == q and len(occ):  # positions lo..hi, each once: ordered by a scatter, not a sort
+            lo, hi = d[1], d[2]
+            spos = np.arange(lo, hi + 1, dtype=np.int64)
+            scell = np.empty(hi - lo + 1, dtype=occ.dtype)
+            scell[pos[occ] - lo] = occ
+        else:
+            o = np.argsort(pos[occ], kind="stable")
+            spos, scell = pos[occ][o].astype(np.int64), occ[o]  # the sequence's cells by position
         j = 0
         while j < m:
             P = p0 + j
