@@ -758,21 +758,14 @@ class CellCache:
         else:  # the cells wrap around the ring: [head, size), then [0, end - size)
             nw = np.concatenate((np.arange(head, size), np.arange(end - size)))
             end -= size
-        if n == 1:
-            o = int(sq[head])
-            n_occ = 1 if o >= 0 else 0
-            mx = int(ps[head]) if n_occ else -1
-            if n_occ and not is_masked(t, sw, mx, p0):
+        occ = sq[nw] >= 0
+        n_occ = int(np.count_nonzero(occ))
+        mx = -1
+        if n_occ:
+            op = ps[nw][occ]
+            if not is_masked(t, sw, op, p0).all():
                 return None
-        else:
-            occ = sq[nw] >= 0
-            n_occ = int(np.count_nonzero(occ))
-            mx = -1
-            if n_occ:
-                op = ps[nw][occ]
-                if not is_masked(t, sw, op, p0).all():
-                    return None
-                mx = int(op.max())
+            mx = int(op.max())
         self._write(s, nw, pos, q, tok, keep_dense=True)
         used += n - n_occ
         hi = p0 + n - 1
