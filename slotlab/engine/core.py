@@ -47,6 +47,9 @@ from slotlab.memory import Batch, Memory, check_memory, require_seq_rm
 
 log = logging.getLogger("slotlab.engine")
 
+#: each slot state's `.value` (what a snapshot reports), without the enum's property per snapshot
+_STATE_VALUE = {st: st.value for st in SlotState}
+
 
 class ServerCore:
     """The slots, the queue, the RAM cache and the rules of one llama-server, over `memory`."""
@@ -568,19 +571,24 @@ class ServerCore:
 
     def emit_snapshots(self) -> None:
         """One `slot_snapshot` event per slot whose picture changed since the last one: what a view
-        needs to redraw the slot without reading engine state (and what scrubbing replays)."""
+        needs to redraw the slot without reading engine state (and what scrubbing replays).
+
+        Runs after every step and fast-forward (~4 events per request step), so the bus is called
+        directly with the slot's id and the task (what the Emitter would pass), each checkpoint's
+        entry is its remembered `Checkpoint.summary()`, and each field is read once."""
+        emit, snap, value = self.emit.bus.emit, T.SlotSnapshot, _STATE_VALUE
         for s in self.slots:
-            sig = (s.state, len(s.tokens), len(s.checkpoints), s.task.id if s.task else -1, s.stats.n_gen, s.origin)
+            task, st, ck, n = s.task, s.stats, s.checkpoints, len(s.tokens)
+            state, n_gen, origin = s.state, st.n_gen, s.origin
+            sig = (state, n, len(ck), task.id if task else -1, n_gen, origin)
             if sig == s.last_sig:
                 continue
             s.last_sig = sig
-            t = s.task or s.task_prev
-            self.emit(T.SlotSnapshot(state=s.state.value, n_tokens=len(s.tokens),
-                                     n_prompt=s.n_prompt if t is not None else 0, n_past=s.stats.n_prompt_cached,
-                                     prompt_n=s.stats.n_prompt_processed, n_gen=s.stats.n_gen, origin=s.origin,
-                                     shifts=list(s.shifts),
-                                     checkpoints=[(c.pos_min, c.pos_max, c.n_tokens, c.size(), c.id_task) for c in s.checkpoints]),
-                      "", slot=s, task=t.id if t else -1)
+            t = task or s.task_prev
+            emit(snap(state=value[state], n_tokens=n, n_prompt=s.n_prompt if t is not None else 0,
+                      n_past=st.n_prompt_cached, prompt_n=st.n_prompt_processed, n_gen=n_gen, origin=origin,
+                      shifts=list(s.shifts), checkpoints=[c.summary() for c in ck]),
+                 "", slot=s.id, task=t.id if t else -1)
 
     def decode(self, n_batch: int, off: int, n: int) -> tuple[bool, int]:
         """Returns (ok, n_batch): ok True = decoded, False = retry at the same offset with n_batch.

@@ -126,12 +126,24 @@ def f32_ratio(num: int, den: int) -> np.float32:
         return np.float32(a / b)
 
 
+#: buffer types whose length does not change in place (what lets `Checkpoint.summary` be remembered);
+#: subclasses count (a paper memory's `PaperBlob` is an ndarray)
+_FIXED_LEN = (bytes, np.ndarray)
+
+
 @dataclass(eq=False)
 class Checkpoint:
     """`common_prompt_checkpoint` (CH:1232): a PARTIAL_ONLY state snapshot at `n_tokens` slot tokens.
 
     Only the sizes matter to the cache; `data_spec` (speculative state) exists in the C++ struct and
-    counts in `size()`, it stays empty in slotlab."""
+    counts in `size()`, it stays empty in slotlab.
+
+    `summary()` (what a `slot_snapshot` lists per checkpoint, and `size()`) is computed once and
+    remembered while the buffers are `bytes` or numpy arrays (a `PaperBlob` is one), whose lengths
+    slotlab never changes in place (no `ndarray.resize`); assigning any field forgets it
+    (`__setattr__`). Every snapshot of a slot lists all its checkpoints, and re-reading three buffer
+    lengths per checkpoint per snapshot was ~8 % of a sliding-window or hybrid simulation. Other
+    buffer types (a bytearray can be resized in place) are measured anew on every call."""
 
     n_tokens: int
     pos_min: int
@@ -141,20 +153,40 @@ class Checkpoint:
     data_dft: Buffer = b""
     data_spec: Buffer = b""
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        self.__dict__.pop("_summary", None)  # a field or a buffer replaced: measured again
+
+    def summary(self) -> tuple[int, int, int, int, int]:
+        """(pos_min, pos_max, n_tokens, size(), id_task), as a `slot_snapshot` lists it."""
+        d = self.__dict__
+        s = d.get("_summary")
+        if s is None:
+            tgt, dft, spec = self.data_tgt, self.data_dft, self.data_spec
+            s = (self.pos_min, self.pos_max, self.n_tokens, nbytes(tgt) + nbytes(dft) + nbytes(spec), self.id_task)
+            if isinstance(tgt, _FIXED_LEN) and isinstance(dft, _FIXED_LEN) and isinstance(spec, _FIXED_LEN):
+                d["_summary"] = s
+        return s
+
     def size(self) -> int:
-        return nbytes(self.data_tgt) + nbytes(self.data_dft) + nbytes(self.data_spec)
+        return self.summary()[3]
 
     def empty(self) -> bool:
         return nbytes(self.data_tgt) == 0
 
     def copy(self) -> "Checkpoint":
-        """Deep copy, as the C++ copies a `std::list<common_prompt_checkpoint>`."""
-        return dataclasses.replace(
-            self,
-            data_tgt=_copy_buffer(self.data_tgt),
-            data_dft=_copy_buffer(self.data_dft),
-            data_spec=_copy_buffer(self.data_spec),
-        )
+        """Deep copy, as the C++ copies a `std::list<common_prompt_checkpoint>`.
+
+        Made field by field rather than by `dataclasses.replace` (which looks the fields up on every
+        call: every checkpoint of a slot is copied at each RAM-cache save). The copied buffers have
+        the lengths of the originals, so a remembered `summary()` holds for the copy too."""
+        c = object.__new__(type(self))
+        d = c.__dict__
+        d.update(self.__dict__)
+        d["data_tgt"] = _copy_buffer(self.data_tgt)
+        d["data_dft"] = _copy_buffer(self.data_dft)
+        d["data_spec"] = _copy_buffer(self.data_spec)
+        return c
 
 
 @dataclass(eq=False)

@@ -154,6 +154,38 @@ def test_entry_size_counts_buffers_and_checkpoints_but_n_tokens_does_not():
     assert c.n_tokens() == 5
 
 
+def test_checkpoint_summary_follows_every_field_and_buffer_assignment():
+    """`Checkpoint.summary()` / `size()` are remembered: any assignment must forget them, a resizable
+    buffer must never be remembered, and a copy must carry only what holds for it."""
+    from slotlab.memory.paper.blob import PaperBlob
+
+    ck = Checkpoint(4, 1, 3, id_task=5, data_tgt=b"x" * 7, data_dft=np.zeros(3, np.uint8))
+    assert ck.summary() == (1, 3, 4, 10, 5) and ck.size() == 10
+    ck.data_tgt = PaperBlob(100)  # what CacheEntry-style buffer replacement and slot files do
+    assert ck.summary() == (1, 3, 4, 103, 5) and ck.size() == 103
+    ck.data_dft = b""  # slot_actions drops draft data this way
+    ck.data_spec = b"s" * 2
+    assert ck.size() == 102
+    ck.pos_min, ck.pos_max, ck.n_tokens, ck.id_task = 2, 9, 10, 6
+    assert ck.summary() == (2, 9, 10, 102, 6)
+    ba = bytearray(b"abc")  # resizable in place: measured on every call
+    ck.data_tgt = ba
+    assert ck.size() == 5
+    ba.extend(b"defg")
+    assert ck.size() == 9 and ck.summary() == (2, 9, 10, 9, 6)
+    ck.data_tgt = np.ones(4, np.uint8)
+    cp = ck.copy()
+    assert cp.summary() == ck.summary() == (2, 9, 10, 6, 6)
+    assert cp is not ck and cp.data_tgt is not ck.data_tgt and (cp.data_tgt == 1).all()
+    cp.data_tgt = b""  # the copy's own assignment forgets only its own summary
+    assert cp.size() == 2 and ck.size() == 6
+    ba2 = bytearray(b"12")
+    ck.data_spec = ba2
+    cp2 = ck.copy()  # a resizable buffer is copied as bytes: the copy may remember
+    ba2.extend(b"345")
+    assert ck.size() == 4 + 5 and cp2.size() == 4 + 2
+
+
 # -- alloc -----------------------------------------------------------------------------------------
 
 

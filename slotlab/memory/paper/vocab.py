@@ -46,8 +46,20 @@ class PaperVocab:
         return b"<%d>" % int(token)
 
     def detokenize(self, tokens) -> str:
-        t = tokens.tolist() if isinstance(tokens, np.ndarray) else [int(x) for x in tokens]
-        return ("<%d>" * len(t)) % tuple(t)  # one format call (a response's text is made per request)
+        # one format call (a response's text is made per request, from the slot's list of generated
+        # ids): `%d` formats an integer (a numpy one included) as `int()` would, so a list or tuple is
+        # formatted as it is, without an int() call per token; what `%d` refuses (a numeric string)
+        # goes through int() as before
+        if isinstance(tokens, np.ndarray):
+            t = tokens.tolist()
+        elif type(tokens) is list or type(tokens) is tuple:
+            t = tokens
+        else:
+            t = [int(x) for x in tokens]
+        try:
+            return ("<%d>" * len(t)) % tuple(t)
+        except TypeError:
+            return ("<%d>" * len(t)) % tuple(int(x) for x in t)
 
     def is_eog(self, token: int) -> bool:
         return int(token) == self.eog
