@@ -21,6 +21,7 @@ import pytest
 from slotlab.engine.server_log import decisions
 from slotlab.memory.base import Batch
 from slotlab.memory.paper import PaperMemory
+from slotlab.memory.paper.cells import CellCache
 from slotlab.memory.profile import ModelProfile
 from slotlab.sim.simulate import simulate
 from slotlab.sim.speed import SpeedModel
@@ -36,6 +37,9 @@ def _state(mem: PaperMemory, n_seq: int):
     for q in range(n_seq):
         p, t = mem.tgt.caches[0].written(q)
         out.append((mem.pos_min(q), mem.pos_max(q), p.tolist(), t.tolist(), mem.state_size(q)))
+    for c in mem.tgt.caches:  # a window cache's layout: every cell, the heads, the used counts
+        if isinstance(c, CellCache):
+            out.append((c.pos.tolist(), c.seq.tolist(), c.tok.tolist(), list(c.head), list(c.used)))
     last = None if mem._last is None else [a.tolist() for a in mem._last]
     return out, last, mem.stats["decode"], mem.stats["decode_tokens"]
 
@@ -61,10 +65,14 @@ def _steps(rng, have: list[int], n_steps: int, gen: list[int], prompt: list[int]
     ("llama", dict(n_ctx=4096, n_slots=3), [0, 2], [1]),  # a stream per sequence: bulk path
     ("llama", dict(n_ctx=2048, n_slots=3, kv_unified=True, n_batch=256, n_ubatch=256), [1], [0, 2]),  # fills up
     ("gemma", dict(n_ctx=4096, n_slots=2), [1], [0]),  # sliding window: step by step
+    ("gemma", dict(n_ctx=2048, n_slots=2), [0], [1]),  # ... where the full half fills up
+    ("gpt-oss-20b", dict(n_ctx=8192, n_slots=3), [0, 2], [1]),  # a 128-token window: reuse and purges
+    ("gpt-oss-20b", dict(n_ctx=8192, n_slots=3, n_batch=512, n_ubatch=64), [2], [0, 1]),  # many ubatches a step
     ("gemma", dict(n_ctx=4096, n_slots=2, swa_full=True, kv_unified=True), [0], [1]),
 ])
 def test_advance_steps_is_decode_after_decode(profile, kw, gen, prompt):
-    prof = LLAMA if profile == "llama" else ModelProfile.default()
+    prof = {"llama": LLAMA, "gemma": ModelProfile.default()}.get(profile) or \
+        ModelProfile.from_json(ROOT / f"slotlab/sim/profiles/{profile}.json")
     rng = np.random.default_rng(7)
     a, b = PaperMemory(prof, **kw), PaperMemory(prof, **kw)
     n_seq = kw["n_slots"]
@@ -94,7 +102,7 @@ def test_advance_steps_is_decode_after_decode(profile, kw, gen, prompt):
     if n_ok < len(steps):  # b also made the refused decode (the caller's plain step makes it)
         b.stats["decode"] -= 1
     assert _state(a, n_seq) == _state(b, n_seq)
-    if profile == "llama":
+    if profile == "llama" or kw["n_ctx"] == 2048:
         assert m < len(steps)  # a stream filled up: the bulk stopped where decode refuses
     # a step that does not continue its sequence: nothing is applied, as decode would refuse it
     bad = [[(gen[0], [11], a.pos_max(gen[0]) + 5)]]
