@@ -15,7 +15,8 @@ import pytest
 
 from slotlab.memory.base import Batch
 from slotlab.memory.paper import PaperMemory
-from slotlab.memory.paper.cells import CellCache, CountCache
+from slotlab.memory.paper.cells import CountCache
+from slotlab.memory.paper.window import CellCache
 from slotlab.memory.profile import ModelProfile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ import pytest
 from slotlab.engine.server_log import decisions
 from slotlab.memory.base import Batch
 from slotlab.memory.paper import PaperMemory
-from slotlab.memory.paper.cells import CellCache
+from slotlab.memory.paper.window import CellCache
 from slotlab.memory.profile import ModelProfile
 from slotlab.sim.simulate import simulate
 from slotlab.sim.speed import SpeedModel

@@ -64,7 +64,8 @@ The package, one concept a module (each imports only those above it):
 |---|---|
 | format.py | the state byte format: cache specs, the writer and the parser of a cache's part |
 | blob.py | `PaperBlob` (real size, no bytes), its `PaperState` payload, `PaperAllocator` |
-| cells.py | the cells of one KV cache: `CountCache` (no window), `CellCache` (sliding window) |
+| cells.py | the cells of a KV cache without a window: `CountCache` (counts and per-sequence positions) |
+| window.py | the cells of a sliding-window cache: `CellCache` (the layout, find_slot and the purges) |
 | recurrent.py | `RecurrentCache`: a recurrent memory's one state a sequence |
 | context.py | `PaperContext`: one llama_context's memory (KV, iSWA, recurrent, hybrid), decode, splits, state |
 | vocab.py | `PaperVocab` and `PaperSampler`: opaque ids and placeholder tokens |

@@ -19,7 +19,8 @@ import numpy as np
 
 from slotlab.errors import ConfigError, ModelError
 from slotlab.memory.paper.blob import PaperState
-from slotlab.memory.paper.cells import CellCache, CountCache
+from slotlab.memory.paper.cells import CountCache
+from slotlab.memory.paper.window import CellCache
 from slotlab.memory.paper.format import (I32_MAX, IO_MAGIC, CacheSpec, RecurrentSpec, Source, StateReadError, Writer,
                                          kv_layers, pad)
 from slotlab.memory.paper.recurrent import RecurrentCache
