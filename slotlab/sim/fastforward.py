@@ -82,7 +82,6 @@ class FastForward:
         self.min_steps = max(1, int(min_steps))
         self.ok = isinstance(self.mem, PaperMemory) and core.spec is None and self.mem.dft is None
         self.n_bulk = 0  # fast-forwards done
-        self.n_checkpoints = 0  # of them, those whose first step made a checkpoint
         self.n_steps = 0  # steps they covered
 
     def _chains(self, gen, k: int) -> tuple[list | None, int]:
@@ -229,20 +228,24 @@ class FastForward:
         """Step 0's chunks as `_process_prompt` adds them, the checkpoint slot's `maybe_create` right
         after its own chunk (before the decode, on the memory as it is), and its copy charged: the
         planned clock has it, so the simulator must not charge it again."""
-        core = self.core
-        emit = core.emit
         cs, _, n_have, flag, _ = ck
         for s, a in adds:
-            p0 = len(s.tokens)
-            emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
-            s.tokens.extend(s.task.tokens[p0:p0 + a])
-            if s.stats.is_set():
-                s.stats.n_prompt_processed += a
-            emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
+            self._add_chunk(s, a)
             if s is cs:
-                core.checkpoints.maybe_create(s, a, n_have, flag)
+                self.core.checkpoints.maybe_create(s, a, n_have, flag)
         self.mem.copied = 0
-        self.n_checkpoints += 1
+
+    def _add_chunk(self, s, a: int) -> None:
+        """One prompt chunk of `a` tokens as `_process_prompt` adds it: its `prompt_seq_rm` (the memory
+        has nothing at or after the slot's end, so no seq_rm is needed), the tokens, the stats, its
+        `prompt_batch`."""
+        emit = self.core.emit
+        p0 = len(s.tokens)
+        emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
+        s.tokens.extend(s.task.tokens[p0:p0 + a])
+        if s.stats.is_set():
+            s.stats.n_prompt_processed += a
+        emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
 
     # -- prompts ---------------------------------------------------------------------------------------
 
@@ -390,13 +393,8 @@ class FastForward:
         n_prompt = sum(a for _, a in plan[0]) if ck is not None else 0
         for adds in plan[1:k] if ck is not None else plan[:k]:
             for s, a in adds:  # _process_prompt
-                p0 = len(s.tokens)
-                emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
-                s.tokens.extend(s.task.tokens[p0:p0 + a])
-                if s.stats.is_set():
-                    s.stats.n_prompt_processed += a
+                self._add_chunk(s, a)
                 n_prompt += a
-                emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
         for c_, (s, ch) in enumerate(zip(gen, chains)):
             s.tokens.extend([s.sampled] + ch[:k - 1])
             toks = ch[:k]
