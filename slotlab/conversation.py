@@ -23,11 +23,9 @@ Positions come from rendering each call through the model's chat template exactl
 chat endpoint does (`slotlab.serve.chat.ChatTemplate`: Gemma's system prompt folded into the first user
 turn, tools rendered in their block) and tokenizing the prompt as a text prompt.
 
-Conversations: a call's `session` (a session log's `session_id`, a client's session header) pairs it
-with that session's previous call. Without one (a proxy's trace), the earlier call it extends, else the
-one it shares the longest token prefix with, among those it shares a non-system message with — as
-kvprof pairs requests (prefer the prompt this one extends, then the longest shared prefix, later calls
-winning ties)."""
+Conversations: by content (slotlab.identity): the client's session id where it sends one, else the
+earlier call whose messages this one extends or shares the most messages with — so a call that rewrote
+its system prompt or an earlier message is compared with its own conversation's previous call."""
 
 from __future__ import annotations
 
@@ -39,6 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from slotlab.errors import TraceError
+from slotlab.identity import names, parents, same
 
 KINDS = ("system_changed", "tools_changed", "message_edited", "message_inserted", "compacted", "reply_not_echoed",
          "other")
@@ -70,7 +69,8 @@ class Call:
     tools: list | None = None
     reply: dict | None = None  # the assistant message as generated ({"role", "content", "tool_calls"?})
     reply_text: str | None = None  # the generated text as the server held it (reasoning, tool-call markup)
-    session: str | None = None
+    session: str | None = None  # the client's own session id (a header); None: told by content
+    user: str | None = None  # the client's user field (OpenAI `user`): calls of other users never pair
 
 
 @dataclass
@@ -88,16 +88,23 @@ class ClientChange:
     previous: int = -1  # the request it was compared with
     position: int = -1  # the token where its prompt diverged from what the server held
     advice: str = ""
+    stable: int | None = None  # tokens a stable client would not have processed (slotlab.why.stable), priced
+    stable_why: str = ""  # why it could not be priced
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("request", "session", "change", "message", "role", "tokens_lost",
-                                              "before", "after")}
+                                              "before", "after", "previous", "position", "stable", "stable_why")}
 
     def line(self) -> str:
         tip = f" — {self.advice}" if self.advice else ""
+        cost = (f"; a stable client would have processed {self.stable} fewer" if self.stable is not None and
+                self.stable > 0 else "; a stable client would have processed as many: it cost nothing"
+                if self.stable == 0 else f"; a stable client would have processed {-self.stable} more: it cost "
+                "nothing" if self.stable is not None else
+                f"; not priced: {self.stable_why}" if self.stable_why else "")
         return (f"#{self.request} client change in conversation {self.session} (against #{self.previous}): "
                 f"{self.change} at message {self.message} ({self.role}): {self.before!r} -> {self.after!r}; "
-                f"{self.tokens_lost} tokens the server held were processed again{tip}")
+                f"{self.tokens_lost} tokens the server held were processed again{cost}{tip}")
 
 
 # ---------------------------------------------------------------------------------------------- rendering
@@ -181,13 +188,10 @@ def _text(m: dict | None) -> str:
     return s
 
 
-def _canon(m: dict) -> str:
-    """A message compared as the template renders it (key order and absent-vs-empty fields ignored)."""
-    return json.dumps({k: v for k, v in m.items() if v not in (None, "", [])}, sort_keys=True, ensure_ascii=False)
-
-
 def _same(a: dict, b: dict) -> bool:
-    return _canon(a) == _canon(b)
+    """The same message as the template renders it (slotlab.identity.key: ids, status fields and text
+    given as parts or as a string alike)."""
+    return same(a, b)
 
 
 def _tool_names(tools: list | None) -> str:
@@ -262,61 +266,60 @@ def classify(prev: Call, cur: Call) -> tuple[str, int, str, str, str] | None:
     return "other", k, role, *marked(_text(y), _text(x) if x else "")
 
 
+def visible(prev: Call, cur: Call, renderer: Renderer | None) -> bool:
+    """Whether a tools change shows in the prompt: a template that does not render tools (ChatML,
+    Gemma 3's) gives the same tokens either way, and the server held everything."""
+    if renderer is None:
+        return True
+    try:
+        return not np.array_equal(renderer.tokens(cur.messages, prev.tools), renderer.tokens(cur.messages, cur.tools))
+    except Exception:  # noqa: BLE001 - a template that refuses one of them: the change shows
+        return True
+
+
+def change_of(prev: Call, cur: Call, renderer: Renderer | None = None):
+    """`classify(prev, cur)`; a tools change the template does not render (`visible`) gives way to a
+    change of the messages in the same call, which is what the prompt shows (else it stays, costing
+    nothing: INVISIBLE_TOOLS says so)."""
+    ch = classify(prev, cur)
+    if ch is not None and ch[0] == "tools_changed" and not visible(prev, cur, renderer):
+        return classify(Call(prev.request, prev.messages, cur.tools, prev.reply), cur) or ch
+    return ch
+
+
+#: the advice for a tools change the chat template does not render
+INVISIBLE_TOOLS = ("the chat template does not render the tools: the change cost nothing (and the model never "
+                   "sees the tools: use a template that renders them, e.g. --jinja with the model's own)")
+
+
 # ---------------------------------------------------------------------------------------------- pairing
 
-def _shares_message(a: Call, b: Call) -> bool:
-    keys = {_canon(m) for m in b.messages if m.get("role") != "system"}
-    if b.reply:
-        keys.add(_canon(b.reply))
-    return any(_canon(m) in keys for m in a.messages if m.get("role") != "system")
-
-
-def pair(calls: Sequence[Call], r: Renderer) -> list[int | None]:
-    """For each call, the index (into `calls`) of its conversation's previous call, or None."""
-    out: list[int | None] = []
-    last: dict[str, int] = {}
-    for i, c in enumerate(calls):
-        if c.session is not None:
-            out.append(last.get(c.session))
-            last[c.session] = i
-            continue
-        cur = r.tokens(c.messages, c.tools)
-        best, key = None, None
-        for j in range(i - 1, max(-1, i - 65), -1):  # the latest 64 calls (an agent's own recent turns)
-            p = calls[j]
-            ptoks = r.tokens(p.messages, p.tools)
-            n = lcp(cur, held_tokens(r, p))
-            extends = n >= len(ptoks) - 2
-            if not extends and not _shares_message(c, p):
-                continue  # another conversation (perhaps with the same system prompt)
-            kk = (extends, n)
-            if key is None or kk > key:
-                best, key = j, kk
-        out.append(best)
-    return out
+def pair(calls: Sequence[Call], r: Renderer | None = None) -> list[int | None]:
+    """For each call, the index (into `calls`) of its conversation's previous call, or None: by content
+    (slotlab.identity.parents; `r` is not needed, kept for callers that pass it)."""
+    return parents(calls)
 
 
 def client_changes(calls: Sequence[Call], renderer: Renderer,
                    progress: Callable[[str], None] | None = None) -> list[ClientChange]:
     """Every change a call made against its conversation's previous call (module docstring)."""
-    parents = pair(calls, renderer)
+    parent = parents(calls)
+    name = names(calls, parent)
     out = []
-    sessions: dict[int, str] = {}
-    for i, (c, pj) in enumerate(zip(calls, parents)):
-        sessions[i] = c.session if c.session is not None else sessions.get(pj, f"#{c.request}") if pj is not None \
-            else f"#{c.request}"
+    for i, (c, pj) in enumerate(zip(calls, parent)):
         if pj is None:
             continue
         p = calls[pj]
-        kind = classify(p, c)
+        kind = change_of(p, c, renderer)
         if kind is None:
             continue
         change, k, role, before, after = kind
         held = held_tokens(renderer, p)
         cur = renderer.tokens(c.messages, c.tools)
         d = lcp(cur, held)
-        out.append(ClientChange(c.request, sessions[i], change, k, role, resent_after(held, cur, d), before, after,
-                                previous=p.request, position=d, advice=ADVICE[change]))
+        tip = INVISIBLE_TOOLS if change == "tools_changed" and not visible(p, c, renderer) else ADVICE[change]
+        out.append(ClientChange(c.request, name[i], change, k, role, resent_after(held, cur, d), before, after,
+                                previous=p.request, position=d, advice=tip))
     return out
 
 
@@ -400,7 +403,11 @@ def calls_of_trace(requests: Sequence[dict], where: str = "trace") -> list[Call]
         if rep is not None:
             check_message(w, rep, "reply")
         sid = r.get("session_id")
-        out.append(Call(i, r["messages"], r.get("tools") or None, rep, None, None if sid is None else str(sid)))
+        if r.get("session_source") == "content":  # a recorder's name, told by content: told again here
+            sid = None
+        user = r.get("user")
+        out.append(Call(i, r["messages"], r.get("tools") or None, rep, None, None if sid is None else str(sid),
+                        None if user is None else str(user)))
     return out
 
 

@@ -50,6 +50,10 @@ def load(path, *, flags: list[str] | None = None, model=None) -> Loaded:
     kind = trace_kind(p)
     if kind == "mooncake":
         raise TraceError(f"{p} is a Mooncake trace (token hashes, no messages): it {NO_CALLS}")
+    if kind == "sessions" and flags is not None:
+        from slotlab.sim.cli import flags_of_log
+
+        flags = flags_of_log(p, list(flags), "slotlab report")
     if model is None and flags:
         from slotlab.sim.cli import model_flag
 

@@ -10,10 +10,12 @@ why it is not a trace request: nothing is dropped silently.
 A chat call (the three chat APIs) also keeps what the client sent and what it got, which
 `slotlab.conversation` compares call by call: `messages` and `tools` in OpenAI's form (Anthropic and
 Responses bodies converted as llama-server converts them), `reply` (the assistant message as generated,
-streamed or not: content, reasoning_content, tool_calls), `endpoint`, and `session_id` where the client
-names its conversation (a session header such as Claude Code's `x-claude-code-session-id`, Anthropic's
-`metadata.user_id`, OpenAI's `user`). A `.jsonl` record path gets the chat calls as a session log
-(`Recorder.sessions`: the format `slotlab simulate` reads).
+streamed or not: content, reasoning_content, tool_calls), `endpoint`, `session_id` where the client
+names its conversation (a session header such as Claude Code's `x-claude-code-session-id`, the session
+part of Claude Code's `metadata.user_id`) and `user` (OpenAI's `user`). A `.jsonl` record path gets the
+chat calls as a session log (`Recorder.sessions`: the format `slotlab simulate` reads), its first line
+the server's flags and what its `/props` told (build, slots, context), its conversations told by
+content where the client names none (slotlab.identity).
 
 The trace it writes is what `slotlab.engine.replay.parse_trace` reads today, plus top-level keys that
 parse_trace ignores:
@@ -56,6 +58,10 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+# imported here, not in the proxy's thread at the first chat call: a client in the same process (a test,
+# a notebook) importing httpx at that moment would see a half-initialised module
+import httpx
 
 COMPLETION = {"/completion": "completion", "/completions": "completion", "/v1/completions": "oai_text",
               "/v1/chat/completions": "oai_chat", "/chat/completions": "oai_chat",
@@ -118,7 +124,8 @@ class Record:
     prompt: str | None = None  # resolved chat prompt
     prompt_source: str = "request"
     skip: str | None = None  # why this request cannot be a trace request
-    session: str | None = None  # the conversation, from a session header or the body's metadata / user
+    session: str | None = None  # the conversation, from a session header or Claude Code's metadata.user_id
+    user: str | None = None  # the client's user field (OpenAI `user`, an Anthropic user id without a session)
     chat: dict | None = None  # a chat call's body in OpenAI's form (messages, tools), once converted
     reply: dict | None = None  # the assistant message as generated (content, reasoning, tool calls)
     done: threading.Event = field(default_factory=threading.Event)
@@ -159,6 +166,8 @@ class Recorder:
         self._stop = threading.Event()
         self._saver: threading.Thread | None = None
         self._template: tuple | None = None  # (source, bos) from /props, once asked
+        self._props: dict | None = None  # what /props tells of the server (server_info), once asked
+        self._auth: dict = {}  # the first call's auth headers (to ask /props)
         self.problems: list[str] = []
         self.ignored: list[dict] = []  # POSTs that are not calls (count_tokens, tokenize, ...), with why
 
@@ -186,9 +195,11 @@ class Recorder:
         with self._lock:
             rec = Record(len(self.records), info.t - self.t0, kind, info.path, info.query,
                          body if isinstance(body, dict) else None, auth)
+            if auth and not self._auth:
+                self._auth = dict(auth)
             rec.stream = bool(rec.body and rec.body.get("stream"))
-            rec.session = _session_of({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in info.headers},
-                                      rec.body)
+            rec.session, rec.user = _session_of({k.decode("latin-1").lower(): v.decode("latin-1")
+                                                 for k, v in info.headers}, rec.body)
             self.records.append(rec)
         return _Tap(self, rec)
 
@@ -287,6 +298,8 @@ class Recorder:
             r["reply"] = rec.content
         if rec.session is not None:
             r["session_id"] = rec.session
+        if rec.user is not None:
+            r["user"] = rec.user
         return r
 
     def chat_body(self, rec: Record) -> dict | None:
@@ -330,8 +343,6 @@ class Recorder:
             rec.skip = "a chat request, and no upstream to apply its template"
             return None
         try:
-            import httpx
-
             r = httpx.post(self.upstream + "/apply-template", json=chat, headers=rec.headers, timeout=30,
                            trust_env=False)
             if r.status_code == 200 and isinstance(r.json().get("prompt"), str):
@@ -388,33 +399,79 @@ class Recorder:
                 "recorder": {"upstream": self.upstream, "skipped": skipped, "not_calls": ignored,
                              "problems": list(self.problems[-20:])}}
 
-    def sessions(self) -> list[dict]:
-        """The chat calls as a session log (`slotlab simulate` reads it: slotlab.sim.traces): one line a
-        call with its `messages`, `tools`, the `reply` as generated, `timestamp` and `output_length`.
-        A call without a session header joins the conversation whose messages (and reply) it extends,
-        else starts a new one."""
-        tr = self.trace()
-        out, convs = [], []
-        for r in tr["requests"]:
-            if "messages" not in r:
-                continue
-            sid = r.get("session_id")
-            if sid is None:
-                from slotlab.conversation import _same
+    def server_info(self) -> dict:
+        """What the upstream says about itself (`GET /props`: its slots, context, build, model), asked
+        once; {} where it does not answer (the reason is in `problems`)."""
+        if self._props is None:
+            self._props = {}
+            if self.upstream is not None:
+                try:
+                    r = httpx.get(self.upstream + "/props", timeout=10, trust_env=False,
+                                  headers={k: v for k, v in self._auth.items()})
+                    p = r.json() if r.status_code == 200 else None
+                    if isinstance(p, dict):
+                        dg = p.get("default_generation_settings") or {}
+                        self._props = {k: v for k, v in {
+                            "build": p.get("build_info"), "total_slots": p.get("total_slots"),
+                            "n_ctx": dg.get("n_ctx") if isinstance(dg, dict) else None,
+                            "model": p.get("model_path")}.items() if v is not None}
+                    else:
+                        self.problems.append(f"the upstream's /props answered {r.status_code}: the session log "
+                                             "has only the --flags given")
+                except Exception as exc:
+                    self.problems.append(f"the upstream's /props: {type(exc).__name__}: {exc}")
+        return self._props
 
-                for c in reversed(convs):
-                    k = len(c["messages"])
-                    if len(r["messages"]) >= k and all(_same(x, y) for x, y in zip(r["messages"], c["messages"])):
-                        sid = c["session_id"]
-                        break
-                sid = sid if sid is not None else f"conversation-{len(convs)}"
-            line = {"session_id": sid, "timestamp": r["arrival"], "messages": r["messages"]}
+    def header(self) -> dict:
+        """The session log's first line: the server's flags (the `--flags` given, with `-np` from /props
+        where they do not say it) and what /props told (build, slots, context), and what is missing."""
+        info = self.server_info()
+        flags = list(self.flags)
+        notes = []
+        n = info.get("total_slots")
+        if n is not None:
+            from slotlab.engine.params import ServerParams
+
+            given = [a for a in flags if a in ("-np", "--parallel")]
+            try:
+                np_given = ServerParams.from_args(flags).n_parallel if given else None
+            except Exception:
+                np_given = None
+            if not given:
+                flags += ["-np", str(n)]
+                notes.append(f"-np {n} from the server's /props (--flags did not say it)")
+            elif np_given is not None and np_given != n:
+                notes.append(f"--flags say -np {np_given}, the server's /props {n} slots")
+        if not self.flags:
+            notes.append("no --flags given: the flags /props does not tell (-c, --cache-ram, ...) are the defaults")
+        return {"slotlab_session_log": 1, "flags": flags, **({"server": info} if info else {}),
+                **({"notes": notes} if notes else {})}
+
+    def sessions(self) -> list[dict]:
+        """The chat calls as a session log (`slotlab simulate` reads it: slotlab.sim.traces): a header
+        line (`header`), then one line a call with its `messages`, `tools`, the `reply` as generated,
+        `timestamp` and `output_length`. A call without the client's own session id gets its
+        conversation from its content (slotlab.identity: the messages it extends or shares, so a
+        rewritten system prompt or message stays in its conversation), marked `session_source:
+        "content"`."""
+        from slotlab.conversation import Call
+        from slotlab.identity import names
+
+        tr = self.trace()
+        reqs = [r for r in tr["requests"] if "messages" in r]
+        calls = [Call(i, r["messages"], r.get("tools"), r["reply"] if isinstance(r.get("reply"), dict) else None,
+                      session=r.get("session_id"), user=r.get("user")) for i, r in enumerate(reqs)]
+        name = names(calls, fmt="conversation-{n}")
+        out = [self.header()]
+        for r, c, sid in zip(reqs, calls, name):
+            line = {"session_id": sid, **({} if c.session is not None else {"session_source": "content"}),
+                    **({"user": c.user} if c.user is not None else {}),
+                    "timestamp": r["arrival"], "endpoint": r.get("endpoint"), "messages": r["messages"]}
             if r.get("tools"):
                 line["tools"] = r["tools"]
             if isinstance(r.get("reply"), dict):
                 line["reply"] = r["reply"]
             line["output_length"] = max(0, r["n_predict"])
-            convs.append({"session_id": sid, "messages": [*r["messages"], *([r["reply"]] if r.get("reply") else [])]})
             out.append(line)
         return out
 
@@ -429,6 +486,10 @@ class Recorder:
             os.replace(tmp, path)
             return len(lines)
         tr = self.trace()
+        info = self.server_info()
+        if info:
+            tr["recorder"]["server"] = info
+            tr["flags"] = self.header()["flags"]  # with -np from /props where --flags did not say it
         tmp.write_text(json.dumps(tr, indent=1, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
         return len(tr["requests"])
@@ -584,19 +645,32 @@ def _piece(obj: dict, kind: str, whole: bool = False) -> tuple[str, list]:
 
 # ------------------------------------------------------------------------------------------- chat calls
 
-def _session_of(headers: dict, body: dict | None) -> str | None:
-    """The client's conversation id: a session header, else the body's `metadata.user_id` (Anthropic
-    clients) or `user` (OpenAI's), as kvprof reads them."""
+#: Claude Code's `metadata.user_id` ("user_<hash>_account_<uuid>_session_<uuid>"): the session part
+_CLAUDE_SESSION = re.compile(r"_session_([0-9A-Za-z-]+)$")
+
+
+def _session_of(headers: dict, body: dict | None) -> tuple[str | None, str | None]:
+    """(the client's conversation id, its user field). The conversation: a session header, else the
+    session part of Claude Code's `metadata.user_id`. The user: OpenAI's `user`, an Anthropic
+    `metadata.user_id` without a session part — a user runs several conversations, so it only keeps
+    other users' calls apart (slotlab.identity)."""
+    sid = user = None
     for h in SESSION_HEADERS:
         if headers.get(h):
-            return headers[h][:128]
+            sid = headers[h][:128]
+            break
     if isinstance(body, dict):
         md = body.get("metadata")
-        if isinstance(md, dict) and isinstance(md.get("user_id"), str) and md["user_id"]:
-            return md["user_id"][:128]
+        uid = md.get("user_id") if isinstance(md, dict) else None
+        if isinstance(uid, str) and uid:
+            m = _CLAUDE_SESSION.search(uid)
+            if m and sid is None:
+                sid = m.group(1)[:128]
+            elif not m:
+                user = uid[:128]
         if isinstance(body.get("user"), str) and body["user"]:
-            return body["user"][:128]
-    return None
+            user = body["user"][:128]
+    return sid, user
 
 
 def _tool_call(name, args, cid=None) -> dict:

@@ -105,6 +105,35 @@ def model_flag(flags: list[str]) -> str | None:
     return ServerParams.from_args(list(flags)).model
 
 
+def flags_of_log(path, flags: list[str], who: str) -> list[str]:
+    """The flags to run a session log under: those given, else its header's (what `slotlab proxy
+    --record` kept: --flags and /props), said on stderr either way so a default is never silent."""
+    from slotlab.sim.traces import session_log_header, trace_kind
+
+    try:
+        if trace_kind(Path(path)) != "sessions":
+            return flags
+    except Exception:  # the loader says what is wrong with the file
+        return flags
+    h = session_log_header(path) or {}
+    if flags:
+        if h.get("flags") and list(h["flags"]) != list(flags):
+            print(f"{who}: note: flags given on the command line ({' '.join(flags)}), not the recorded "
+                  f"{' '.join(h['flags'])}", file=sys.stderr)
+        return flags
+    if h.get("flags"):
+        build = (h.get("server") or {}).get("build")
+        print(f"{who}: the server's flags from the session log: {' '.join(h['flags'])}"
+              + (f" (build {build})" if build else ""), file=sys.stderr)
+        for n in h.get("notes") or []:
+            print(f"{who}: note: {n}", file=sys.stderr)
+        return list(h["flags"])
+    print(f"{who}: note: the session log does not say the server's flags (record it with `slotlab proxy "
+          f"--flags \"...\"`, or give them here, e.g. -np 2 -c 8192): simulating llama-server's defaults",
+          file=sys.stderr)
+    return flags
+
+
 def simulate_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="slotlab simulate", description="Run a request trace through llama-server's "
                                  "decisions on the paper memory (no model, nothing decoded) under a simulated clock.",
@@ -146,6 +175,7 @@ def simulate_main(argv: list[str]) -> int:
         # a Mooncake prompt's ids must stay below the vocabulary's placeholders (granite-4.0-h-small's
         # 100,352 ids are fewer than the default range's 120,000)
         kw["hi"] = min(120_000, PaperVocab(profile.n_vocab).gen_lo)
+    flags = flags_of_log(args.trace, flags, "slotlab simulate")
     params = None
     if flags:  # a session log renders with the server's template flags
         from slotlab.engine.params import ServerParams

@@ -13,7 +13,12 @@
 * OpenAI-messages session logs (JSONL, `load_sessions`): one line a chat call, in the order the calls
   were made, with these fields (any other field is ignored):
 
-  - `session_id` (string or integer, required): the conversation the call belongs to;
+  - a first line `{"slotlab_session_log": 1, "flags": [...], "server": {...}}` (optional; what `slotlab
+    proxy --record` writes): the server's flags and what its /props told (build, slots, context);
+    `slotlab simulate` and `report` take the flags from it;
+  - `session_id` (string or integer, optional): the conversation the call belongs to, as the client
+    named it; without it (or with `session_source: "content"`, a recorder's own guess) the
+    conversation is told by the messages (slotlab.identity); `user` (optional): the client's user field;
   - `messages` (required, non-empty): the OpenAI `messages` array sent, each `{"role", "content"}` with
     string content (or text parts); an assistant message may carry `tool_calls` (`content` then may be
     null), a tool result is `{"role": "tool", "content", "tool_call_id"?}`;
@@ -58,6 +63,7 @@ import numpy as np
 from slotlab.errors import TraceError
 
 __all__ = ["SimRequest", "SimTrace", "TraceError", "block_tokens", "load_sim_trace", "load_mooncake", "load_sessions",
+           "session_log_header",
            "trace_kind", "infinite_cache_bound"]
 
 BLOCK = 512
@@ -94,6 +100,7 @@ class SimTrace:
     notes: list[str] = field(default_factory=list)
     block: int = 0  # block size of hash_ids (0: none)
     vocab: object = None  # the tokenizer the requests need at submit time (session logs: message_delimiters)
+    header: dict | None = None  # session logs: the header line (the server's flags, /props), where there is one
 
 
 
@@ -210,15 +217,15 @@ class _Call:
     reply: str | None = None
     tools: list | None = None
     recorded: dict | None = None  # the reply as generated (an assistant message), from the line's `reply`
+    told: bool = True  # the session is the client's own (False: told by content, by a recorder or here)
+    user: str | None = None
 
 
 def _session_call(path, lineno: int, d: dict) -> _Call:
     """One line of a session log, checked field by field (module docstring)."""
     where = _where(path, lineno)
     sid = d.get("session_id")
-    if sid is None:
-        raise TraceError(f"{where}, field 'session_id': missing")
-    if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+    if sid is not None and (isinstance(sid, bool) or not isinstance(sid, (str, int))):
         raise TraceError(f"{where}, field 'session_id': expected a string or an integer, got {sid!r}")
     from slotlab.conversation import check_message, check_messages, check_tools
 
@@ -240,12 +247,17 @@ def _session_call(path, lineno: int, d: dict) -> _Call:
         raise TraceError(f"{where}, field 'gap': give 'gap' or 'timestamp', not both")
     ts = _number(path, lineno, d, "timestamp") if "timestamp" in d else None
     gap = _number(path, lineno, d, "gap") if ts is None else None
-    return _Call(lineno, str(sid), msgs, None if n_out < 0 else int(n_out), ts, gap,
-                 {k: d[k] for k in _PASS if k in d}, tools=tools or None, recorded=rec)
+    user = d.get("user")
+    return _Call(lineno, None if sid is None else str(sid), msgs, None if n_out < 0 else int(n_out), ts, gap,
+                 {k: d[k] for k in _PASS if k in d}, tools=tools or None, recorded=rec,
+                 told=sid is not None and d.get("session_source") != "content",
+                 user=None if user is None else str(user))
 
 
 def _same(a: dict, b: dict) -> bool:
-    return a["role"] == b["role"] and a.get("content") == b.get("content") and a.get("tool_calls") == b.get("tool_calls")
+    from slotlab.identity import same
+
+    return same(a, b)
 
 
 def _reply(call: _Call, nxt: _Call) -> str | None:
@@ -278,10 +290,26 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
     `params`: the server's flags (ServerParams: `--chat-template-file`, `--jinja` choose the template).
     Every line is checked before the model is loaded, so a bad log fails at once."""
     calls: list[_Call] = []
+    header = None
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
-                calls.append(_session_call(path, lineno, _json_line(path, lineno, line)))
+                d = _json_line(path, lineno, line)
+                if header is None and not calls and isinstance(d, dict) and "slotlab_session_log" in d:
+                    header = _header(path, lineno, d)
+                    continue
+                calls.append(_session_call(path, lineno, d))
+    from slotlab.conversation import Call
+
+    untold = [c for c in calls if not c.told]
+    if untold:  # conversations told by content (slotlab.identity), as the recorder tells them
+        from slotlab.identity import names
+
+        probe = [Call(i, c.messages, c.tools, c.recorded, session=c.session if c.told else None, user=c.user)
+                 for i, c in enumerate(calls)]
+        for c, name in zip(calls, names(probe, fmt="conversation-{n}")):
+            if not c.told:
+                c.session = name
     last: dict[str, _Call] = {}
     at: dict[str, float] = {}
     arrival: list[float] = []
@@ -310,8 +338,6 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
 
     tmpl = ChatTemplate(model, params)
     delims = tmpl.delimiters()
-    from slotlab.conversation import Call
-
     reqs = []
     for i, (c, t) in enumerate(zip(calls, arrival)):
         try:
@@ -327,11 +353,35 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
         fields = dict(c.fields)
         if delims:
             fields["message_delimiters"] = [dict(x) for x in delims]
-        call = Call(i, c.messages, c.tools, c.recorded, c.reply, c.session)
+        call = Call(i, c.messages, c.tools, c.recorded, c.reply, c.session if c.told else None, c.user)
         reqs.append(SimRequest(arrival=t, n_prompt=len(toks), n_predict=n_out, prompt=toks, output=out,
                                fields=fields, session=c.session, call=call))
     reqs.sort(key=lambda q: q.arrival)  # stable: file order among equal arrivals
-    return SimTrace([], reqs, str(path), vocab=model)
+    h = header or {}
+    return SimTrace(list(h.get("flags") or []), reqs, str(path), notes=list(h.get("notes") or []), vocab=model,
+                    header=header)
+
+
+def _header(path, lineno: int, d: dict) -> dict:
+    """A session log's header line (what `slotlab proxy --record` writes first): the server's flags and
+    what its /props told."""
+    fl = d.get("flags", [])
+    if not isinstance(fl, list) or not all(isinstance(x, str) for x in fl):
+        raise TraceError(f"{_where(path, lineno)}, field 'flags': expected an array of strings")
+    return d
+
+
+def session_log_header(path) -> dict | None:
+    """The header line of a session log (None: it has none, or the file is another kind of trace)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    d = json.loads(line)
+                    return d if isinstance(d, dict) and "slotlab_session_log" in d else None
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 # ---------------------------------------------------------------------------- any trace
@@ -354,7 +404,7 @@ def trace_kind(path) -> str:
             _json_line(p, lineno, first)  # raises with the line and the reason
         return "slotlab"  # a pretty-printed JSON object
     if isinstance(d, dict):
-        if "messages" in d:
+        if "messages" in d or "slotlab_session_log" in d:
             return "sessions"
         if "input_length" in d or "hash_ids" in d:
             return "mooncake"

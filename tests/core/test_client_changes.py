@@ -174,5 +174,6 @@ def test_golden_sessions_through_simulate_why(model, name):
     made = {i: tuple(s["made"]) for i, s in enumerate(rec["calls"]) if s["made"]}
     got = {c["request"]: (c["change"], c["message"]) for c in doc["client_changes"]}
     assert got == made
-    assert all(set(c) == {"request", "session", "change", "message", "role", "tokens_lost", "before", "after"}
+    assert all(set(c) == {"request", "session", "change", "message", "role", "tokens_lost", "before", "after",
+                          "previous", "position", "stable", "stable_why"}
                for c in doc["client_changes"])

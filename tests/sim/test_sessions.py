@@ -117,7 +117,7 @@ def _line(**kw):
 
 
 @pytest.mark.parametrize("bad, field", [
-    (_line(session_id=...), "session_id"),
+    (_line(session_id=[1]), "session_id"),  # optional (told by content where missing), never a list
     (_line(messages=[]), "messages"),
     (_line(messages=[{"content": "hi"}]), "messages[0].role"),
     (_line(messages=[{"role": "user", "content": [{"type": "image_url"}]}]), "messages[0].content"),

@@ -284,7 +284,8 @@ def test_chat_calls_keep_messages_tools_reply_and_session():
         "type": "message", "content": [{"type": "text", "text": "Four."}, {"type": "tool_use", "id": "t1",
                                                                           "name": "order_part", "input": {"q": "pads"}}],
         "usage": {"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 17}})
-    assert r3.session == "claude-7" and r3.reply["content"] == "Four."
+    # a plain Anthropic user id names the user (who runs several conversations), not a conversation
+    assert r3.session is None and r3.user == "claude-7" and r3.reply["content"] == "Four."
     assert r3.reply["tool_calls"][0]["function"]["name"] == "order_part" and r3.n_predicted == 5
     assert r3.result["cache_n"] == 17 and r3.result["tokens_evaluated"] == 20
     r4 = _chat_record(rec, "/v1/messages", {"model": "m", "max_tokens": 8, "messages": msgs, "stream": True}, [
@@ -293,6 +294,11 @@ def test_chat_calls_keep_messages_tools_reply_and_session():
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ur."}},
         {"type": "message_delta", "usage": {"output_tokens": 2}}, {"type": "message_stop"}], stream=True)
     assert r4.reply["content"] == "Four." and not r4.cancelled
+    # Claude Code's user id carries its session: that part names the conversation
+    r4b = _chat_record(rec, "/v1/messages", {"model": "m", "max_tokens": 8, "messages": msgs, "metadata": {
+        "user_id": "user_4f1c_account_77aa_session_0b5e2d9a-3c1f"}}, {
+        "type": "message", "content": [{"type": "text", "text": "Ok."}], "usage": {"input_tokens": 3, "output_tokens": 1}})
+    assert r4b.session == "0b5e2d9a-3c1f" and r4b.user is None
     r5 = _chat_record(rec, "/v1/responses", {"input": "pads in stock?"}, {
         "output": [{"type": "message", "content": [{"type": "output_text", "text": "Yes."}]}],
         "usage": {"input_tokens": 9, "output_tokens": 2}})
@@ -300,6 +306,6 @@ def test_chat_calls_keep_messages_tools_reply_and_session():
     rec(RequestInfo(rec.t0 + 2, "POST", "/v1/messages/count_tokens", "", [], b"{}"))
     tr = rec.trace()  # no upstream: the chat prompts cannot be rendered, and each says so
     assert [s["reason"] for s in tr["recorder"]["skipped"]] == ["a chat request, and no upstream to apply its "
-                                                                "template"] * 5
+                                                                "template"] * 6
     assert tr["recorder"]["not_calls"] == [{"t": 2.0, "endpoint": "/v1/messages/count_tokens",
                                             "reason": "counting tokens runs no completion"}]
