@@ -150,9 +150,10 @@ def simulate_main(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--events", help="also write the events as JSON lines (keeps every event in memory)")
     ap.add_argument("--all", action="store_true", help="print every request (default: the first 50)")
-    ap.add_argument("--why", action="store_true", help="explain every miss (its cause; flag changes only where "
-                    "the events show their precondition, marked untested: `slotlab replay --why` tries them) and "
-                    "what the client changed between the calls of each conversation (session logs)")
+    ap.add_argument("--why", action="store_true", help="explain every miss (its cause), what the client changed "
+                    "between the calls of each conversation (session logs) and what a stable client would have "
+                    "reused; every flag change named and every client fix is tested by running the whole trace "
+                    "again, and only those that saved tokens are printed as advice")
     args, flags = ap.parse_known_args(argv)
     from slotlab.sim.simulate import progress_bar, simulate
     from slotlab.sim.speed import SpeedModel
@@ -191,28 +192,40 @@ def simulate_main(argv: list[str]) -> int:
         from slotlab.llama import Model
 
         vocab = Model(ServerParams.from_args(flags or trace.flags).model)
-    from slotlab import explain
+    if args.why:  # the session as sent, as a stable client would have sent it, and every change tested
+        from slotlab.why.advice import progress_line
+        from slotlab.why.session import analyse
 
-    why = WhyFold() if args.why else None
-    # --why: the explainer (a view) is attached before the first event and the engine keeps the facts
-    # it reads (engine/hindsight.py); without it neither runs. And every task_queued is emitted (no
-    # fast-forward), so task ids map to the trace's requests.
+        say = progress_line("slotlab simulate --why")
+        sw = analyse(trace, list(flags or trace.flags), speed=speed, profile=profile, vocab=vocab, params=params,
+                     progress=say)
+        if say:
+            print(file=sys.stderr)
+        res = sw.base.result
+        if args.events:
+            print("slotlab simulate: note: --events is not written with --why (three runs make the analysis)",
+                  file=sys.stderr)
+        doc = res.as_json()
+        if getattr(trace, "notes", None):
+            doc["notes"] = list(trace.notes)
+        doc.update(sw.as_json())
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            print("\n".join(res.lines(limit=None if args.all else 50)))
+            print("\n".join(sw.lines()))
+        return 0
     res = simulate(trace, flags or None, speed=speed, profile=profile, vocab=vocab,
-                   progress=progress_bar(), keep_events=bool(args.events), listen=why.apply if why else None,
-                   fast=not args.why, observers=(explain.attach,) if why else (), hindsight=why is not None)
+                   progress=progress_bar(), keep_events=bool(args.events), fast=True, hindsight=False)
     if args.events and res.engine is not None:
         res.engine.events.to_jsonl(args.events)
     doc = res.as_json()
     if getattr(trace, "notes", None):
         doc["notes"] = list(trace.notes)
-    if why is not None:
-        doc.update(why.report(trace, vocab, res.engine.attached[0], params))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
         print("\n".join(res.lines(limit=None if args.all else 50)))
-        if why is not None:
-            print("\n".join(why.lines))
     return 0
 
 
@@ -248,37 +261,3 @@ def calibrate_main(argv: list[str]) -> int:
     if args.measurements:
         Path(args.measurements).write_text(json.dumps(meas) + "\n")
     return 0
-
-
-class WhyFold:
-    """`simulate --why`: the explainer attached to the engine before its first event, read after the run,
-    each miss mapped to its request (with --why every task_queued is emitted, in arrival order)."""
-
-    def __init__(self):
-        self.order: dict[int, int] = {}
-        self.lines: list[str] = []
-
-    def apply(self, e) -> None:
-        if e.kind == "task_queued" and e.task not in self.order:
-            self.order[e.task] = len(self.order)
-
-    def report(self, trace, vocab, x, params=None) -> dict:
-        from slotlab.conversation import Renderer, client_changes
-
-        reqs = trace.requests
-        index = [q.call.request if getattr(q, "call", None) is not None else i for i, q in enumerate(reqs)]
-        misses = [(index[self.order[m.task]] if self.order.get(m.task, len(index)) < len(index) else -1, m)
-                  for m in x.misses]
-        calls = sorted((q.call for q in reqs if getattr(q, "call", None) is not None), key=lambda c: c.request)
-        changes = []
-        if len(calls) > 1:
-            model = vocab if vocab is not None else getattr(trace, "vocab", None)
-            changes = client_changes(calls, Renderer.of(model, params))
-        tot = ", ".join(f"{c} {n}" for c, n in sorted(x.lost_by_cause.items(), key=lambda kv: -kv[1]))
-        self.lines = [f"#{i} {m.line()}" for i, m in misses] + [c.line() for c in changes]
-        notes = []
-        if len(x.misses) == x.misses.maxlen:
-            notes.append(f"only the last {x.misses.maxlen} misses are listed (the totals count all)")
-        self.lines += [f"tokens lost by cause: {tot or 'none'}", *(f"note: {n}" for n in notes)]
-        return {"misses": [{"request": i, **m.as_dict()} for i, m in misses], "lost_by_cause": dict(x.lost_by_cause),
-                "client_changes": [c.as_dict() for c in changes], **({"notes": notes} if notes else {})}

@@ -1,0 +1,269 @@
+"""Only advice that worked: every suggestion tested by running the whole session again with it.
+
+`slotlab.explain` names the mechanism behind each miss and the flag changes that act on it
+(`Miss.candidates`); slotlab.why.stable builds the calls a stable client would have sent. Here both
+are priced the same way, on paper over the whole trace (`SimRunner`: slotlab.sim.simulate, the same
+arrivals and replies, nothing decoded — a fraction of a second for an agent session):
+
+* a flag change is advice only where it processed fewer tokens over the whole session than the flags
+  as given, with no request failing that did not fail before (a smaller slot context, say); on a miss's
+  line it is shown only where it also reused more at that request (`confirm`);
+* a client fix (one kind of change undone at every call that made it) is advice only where it saved
+  tokens, with the amount.
+
+Everything tried is kept (`Advice.flags`, `Advice.client`) with what it did, so a refuted suggestion
+can be shown as refuted — never as advice."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from slotlab.conversation import ADVICE
+
+#: at most this many flag changes are tried (the most lost-to first); the rest are said to be left out
+MAX_FLAGS = 16
+
+
+@dataclass
+class Run:
+    """One run of the session: per call (in the order made) (cache_n, prompt_n) and, with the explainer,
+    its miss (slotlab.explain.Miss) or None; the calls that failed; the tokens processed."""
+
+    per_call: list[tuple[int, int]]
+    misses: list
+    failed: set
+    processed: int
+    result: object = None  # the SimResult
+    explainer: object = None  # slotlab.explain.Explainer (explain=True)
+
+
+class SimRunner:
+    """Runs a session log's trace (slotlab.sim.traces.load_sessions) on paper under `flags`, with each
+    call's prompt replaced where asked (the same arrival, reply and fields)."""
+
+    def __init__(self, trace, flags: list[str], *, speed, profile=None, vocab=None):
+        self.trace, self.flags, self.speed, self.profile, self.vocab = trace, list(flags), speed, profile, vocab
+        # a session log's calls in the order made (a trace without calls: its requests)
+        self.by_call = {q.call.request: i for i, q in enumerate(trace.requests) if getattr(q, "call", None) is not None}
+        if not self.by_call:
+            self.by_call = {i: i for i in range(len(trace.requests))}
+        self.n_calls = len(self.by_call)
+        self.seconds = 0.0
+        self.n_runs = 0
+
+    def calls(self) -> list:
+        return [self.trace.requests[self.by_call[i]].call for i in range(self.n_calls)]
+
+    def prompts(self) -> list[np.ndarray]:
+        return [np.asarray(self.trace.requests[self.by_call[i]].prompt, dtype=np.int32) for i in range(self.n_calls)]
+
+    def run(self, prompts: Sequence | None = None, extra: Sequence[str] = (), explain: bool = False) -> Run:
+        from slotlab.sim.simulate import simulate
+
+        t0 = time.perf_counter()
+        reqs = list(self.trace.requests)
+        if prompts is not None:
+            for c, toks in enumerate(prompts):
+                j = self.by_call[c]
+                if toks is not None and not np.array_equal(toks, reqs[j].prompt):
+                    reqs[j] = dataclasses.replace(reqs[j], prompt=np.asarray(toks, dtype=np.int32), n_prompt=len(toks))
+        tr = dataclasses.replace(self.trace, requests=reqs)
+        order: dict[int, int] = {}
+
+        def listen(e) -> None:
+            if e.kind == "task_queued" and e.task not in order:
+                order[e.task] = len(order)
+
+        obs = ()
+        if explain:
+            from slotlab import explain as ex
+
+            obs = (ex.attach,)
+        res = simulate(tr, [*self.flags, *extra], speed=self.speed, profile=self.profile, vocab=self.vocab,
+                       fast=not explain, listen=listen if explain else None, observers=obs, hindsight=explain)
+        call_of = {j: c for c, j in self.by_call.items()}
+        per = [(0, 0)] * self.n_calls
+        failed = set()
+        for j, r in enumerate(res.results):
+            c = call_of.get(j)
+            if c is None:
+                continue
+            if r["status"] != 200:
+                failed.add(c)
+            else:
+                per[c] = (int(r["cache_n"]), int(r["prompt_n"]))
+        misses = [None] * self.n_calls
+        x = res.engine.attached[0] if explain and res.engine is not None and res.engine.attached else None
+        if x is not None:
+            for m in x.misses:
+                j = order.get(m.task)
+                if j is not None and j in call_of:
+                    misses[call_of[j]] = m
+        self.seconds += time.perf_counter() - t0
+        self.n_runs += 1
+        return Run(per, misses, failed, res.totals["tokens_prefilled"], res, x)
+
+    def runner(self, explain: bool = True) -> Callable:
+        """A slotlab.why.stable runner (prompts -> (per call, misses))."""
+        def go(prompts):
+            r = self.run(prompts, explain=explain)
+            return r.per_call, [None if m is None else (m.cause, int(m.lost)) for m in r.misses]
+        return go
+
+
+@dataclass
+class FlagTrial:
+    flags: list[str]
+    processed: int
+    saved: int  # over the whole session (> 0: advice)
+    per_call: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    refuted: str = ""  # why it is not advice though it processed fewer tokens (requests failed)
+
+    @property
+    def works(self) -> bool:
+        return self.saved > 0 and not self.refuted
+
+
+@dataclass
+class ClientTrial:
+    change: str
+    calls: int  # calls whose change was undone
+    saved: int
+    advice: str
+
+    @property
+    def works(self) -> bool:
+        return self.saved > 0
+
+
+@dataclass
+class Advice:
+    processed: int
+    flags: list[FlagTrial] = field(default_factory=list)
+    client: list[ClientTrial] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # flag changes not tried (over MAX_FLAGS)
+    seconds: float = 0.0
+    n_runs: int = 0
+
+    def lines(self) -> list[str]:
+        pct = lambda n: f"{100 * n / self.processed:.1f} %" if self.processed else "-"  # noqa: E731
+        out = []
+        good = sorted((t for t in self.flags if t.works), key=lambda t: -t.saved)
+        bad = [t for t in self.flags if not t.works]
+        for t in sorted((t for t in self.client if t.works), key=lambda t: -t.saved):
+            out.append(f"advice (client): {t.advice} — saves {t.saved} tokens ({pct(t.saved)} of the session's "
+                       f"prefill; tested: the session run again with its {t.calls} {t.change} call(s) undone)")
+        for t in good:
+            out.append(f"advice (server): {' '.join(t.flags)} — saves {t.saved} tokens ({pct(t.saved)}; tested: "
+                       "the whole session run again with it)")
+        if bad:
+            out.append("tried, not advice: " + ", ".join(
+                f"{' '.join(t.flags)} ({t.refuted or f'{t.saved:+d} tokens'})".replace("+-", "-")
+                .replace("(+0 tokens)", "(saves nothing)") for t in bad))
+        for t in self.client:
+            if not t.works:
+                out.append(f"tried, not advice: undoing {t.change} ({t.saved:+d} tokens)".replace("+-", "-"))
+        if not good and not any(t.works for t in self.client):
+            out.append("no change tried saved tokens over the session")
+        if self.left_out:
+            out.append(f"not tried (over {MAX_FLAGS}): {', '.join(self.left_out)}")
+        return out
+
+    def as_json(self) -> dict:
+        return {"processed": self.processed,
+                "flags": [{"flags": t.flags, "processed": t.processed, "saved": t.saved, "refuted": t.refuted,
+                           "advice": t.works} for t in self.flags],
+                "client": [{"change": t.change, "calls": t.calls, "saved": t.saved, "advice": t.advice,
+                            "works": t.works} for t in self.client],
+                "left_out": list(self.left_out), "runs": self.n_runs}
+
+
+def candidates(misses) -> list[str]:
+    """Every flag change the explainer named for the misses (slotlab.explain.Miss.candidates), those of
+    the misses that lost the most first, each once."""
+    from slotlab.counterfactual import flag_change
+
+    tot: dict[str, int] = {}
+    for m in misses:
+        for s in m.candidates:
+            if flag_change(s) is not None:
+                tot[s] = tot.get(s, 0) + m.lost
+    return sorted(tot, key=lambda s: -tot[s])
+
+
+def try_flags(sim: SimRunner, base: "Run", cands: Sequence[str], progress: Callable[[str], None] | None = None
+               ) -> tuple[list[FlagTrial], list[str]]:
+    """Each candidate flag change run over the whole session (as sent); (trials, left out)."""
+    from slotlab.counterfactual import flag_change
+
+    trials = []
+    for n, s in enumerate(cands[:MAX_FLAGS]):
+        fl = flag_change(s)
+        if progress:
+            progress(f"testing {s} ({n + 1}/{min(len(cands), MAX_FLAGS)})")
+        try:
+            r = sim.run(extra=fl)
+        except Exception as ex:  # noqa: BLE001 - a flag the server would refuse here: shown as refuted
+            trials.append(FlagTrial(fl, base.processed, 0, refuted=f"{type(ex).__name__}: {ex}"))
+            continue
+        t = FlagTrial(fl, r.processed, base.processed - r.processed, r.per_call)
+        new_fail = r.failed - base.failed
+        if new_fail:
+            t.refuted = f"{len(new_fail)} call(s) fail under it"
+        trials.append(t)
+    return trials, list(cands[MAX_FLAGS:])
+
+
+def try_client(calls, sim: SimRunner, renderer, base: "Run", kinds: Sequence[str], *, n_ctx_slot=None,
+                n_predict=None, progress=None) -> list[ClientTrial]:
+    """Each kind of client change undone alone, at every call that made it, the session run again."""
+    from slotlab.why.stable import stable_calls
+
+    out = []
+    for n, k in enumerate(kinds):
+        if progress:
+            progress(f"testing the client with {k} undone ({n + 1}/{len(kinds)})")
+        st = stable_calls(calls, undo=(k,), renderer=renderer, n_ctx_slot=n_ctx_slot, n_predict=n_predict)
+        undone = sum(s.undone for s in st)
+        if not undone:
+            continue
+        actual = sim.prompts()
+        r = sim.run([renderer.tokens(s.messages, s.tools) if s.differs else a for s, a in zip(st, actual)])
+        out.append(ClientTrial(k, undone, base.processed - r.processed, ADVICE.get(k, "")))
+    return out
+
+
+def confirm_misses(misses_by_call: dict, base: Run, trials: Sequence[FlagTrial]) -> None:
+    """Set each miss's flag advice (slotlab.counterfactual.confirm) from the whole-session trials: a
+    change that works over the session and reused more at that call, with what it saved there."""
+    from slotlab.counterfactual import Counterfactual, confirm
+
+    for c, m in misses_by_call.items():
+        tried = []
+        for t in trials:
+            if not t.works or c >= len(t.per_call):
+                tried.append(Counterfactual(t.flags, None, 0))
+                continue
+            cn = t.per_call[c][0]
+            tried.append(Counterfactual(t.flags, cn, cn - base.per_call[c][0]))
+        confirm(m, tried)
+
+
+def progress_line(who: str) -> Callable[[str], None] | None:
+    """Progress on stderr where it is a terminal (one line, rewritten)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def say(msg: str) -> None:
+        print(f"\r{who}: {msg}\033[K", end="", file=sys.stderr, flush=True)
+    return say
+
+
+__all__ = ["Advice", "ClientTrial", "FlagTrial", "MAX_FLAGS", "Run", "SimRunner", "candidates", "confirm_misses",
+           "test_client", "test_flags"]

@@ -1,0 +1,103 @@
+"""A recorded session explained end to end: what `slotlab simulate --why` and `slotlab report` print.
+
+One fold of three runs of the same trace, on paper (slotlab.why.advice.SimRunner):
+
+1. the session as sent, with the explainer attached: each miss's mechanism (slotlab.explain) and each
+   call's change against its conversation's previous call (slotlab.conversation, conversations told
+   by content: slotlab.identity);
+2. the session as a stable client would have sent it (slotlab.why.stable): what each change cost, per
+   call and per kind, and what the server's mechanisms still lose;
+3. every flag change the explainer named and every kind of client change undone on its own, each run
+   over the whole session (slotlab.why.advice): only what saved tokens is advice.
+
+`SessionWhy.lines()` is the text, `as_json()` the same as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from slotlab.why.advice import Advice, Run, SimRunner, candidates, confirm_misses, try_client, try_flags
+from slotlab.why.stable import PRICED, Pricing, price
+
+
+@dataclass
+class SessionWhy:
+    base: Run
+    misses: list  # (call index, slotlab.explain.Miss)
+    changes: list  # slotlab.conversation.ClientChange, priced
+    pricing: Pricing | None
+    advice: Advice
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"#{i} {m.line()}" for i, m in self.misses]
+        out += [c.line() for c in self.changes]
+        x = self.base.explainer
+        if x is not None:
+            tot = ", ".join(f"{c} {n}" for c, n in sorted(x.lost_by_cause.items(), key=lambda kv: -kv[1]))
+            out.append(f"tokens lost by cause (the server's mechanisms, as sent): {tot or 'none'}")
+        if self.pricing is not None:
+            out += self.pricing.lines()
+        out += self.advice.lines()
+        out += [f"note: {n}" for n in self.notes]
+        return out
+
+    def as_json(self) -> dict:
+        x = self.base.explainer
+        return {"misses": [{"request": i, **m.as_dict()} for i, m in self.misses],
+                "lost_by_cause": dict(x.lost_by_cause) if x is not None else {},
+                "client_changes": [c.as_dict() for c in self.changes],
+                "stable": None if self.pricing is None else self.pricing.as_json(),
+                "advice": self.advice.as_json(), **({"notes": self.notes} if self.notes else {})}
+
+
+def analyse(trace, flags: list[str], *, speed, profile=None, vocab=None, params=None,
+            progress: Callable[[str], None] | None = None) -> SessionWhy:
+    """`trace`: a SimTrace (a session log's: its requests carry their calls; any other: flag advice
+    only). `flags`: the server's."""
+    from slotlab.conversation import Renderer, client_changes
+
+    sim = SimRunner(trace, flags, speed=speed, profile=profile, vocab=vocab)
+    if progress:
+        progress("the session as sent")
+    base = sim.run(explain=True)
+    x = base.explainer
+    misses = [(i, m) for i, m in enumerate(base.misses) if m is not None]
+    notes = []
+    if x is not None and len(x.misses) == x.misses.maxlen:
+        notes.append(f"only the last {x.misses.maxlen} misses are listed (the totals count all)")
+    calls = sim.calls() if any(getattr(q, "call", None) is not None for q in trace.requests) else []
+    changes, pricing, client = [], None, []
+    n_ctx_slot = getattr(getattr(base.result.engine, "core", None), "n_ctx_slot", None)
+    if len(calls) > 1:
+        model = vocab if vocab is not None else getattr(trace, "vocab", None)
+        renderer = Renderer.of(model, params)
+        changes = client_changes(calls, renderer)
+        n_predict = [int(trace.requests[sim.by_call[i]].n_predict) for i in range(len(calls))]
+        if progress:
+            progress("the session as a stable client would have sent it")
+        pricing = price(calls, sim.prompts(), sim.runner(explain=True), renderer, n_ctx_slot=n_ctx_slot,
+                        n_predict=n_predict, actual_run=(base.per_call, [None if m is None else (m.cause, int(m.lost))
+                                                                         for m in base.misses]))
+        cost = {c.request: c for c in pricing.calls}
+        for ch in changes:
+            cc = cost.get(ch.request)
+            if cc is not None and cc.change == ch.change:
+                if cc.why:
+                    ch.stable_why = cc.why
+                elif ch.change in PRICED:
+                    ch.stable = cc.client
+        kinds = [k for k in PRICED if any(c.change == k for c in changes)]
+        client = try_client(calls, sim, renderer, base, kinds, n_ctx_slot=n_ctx_slot, n_predict=n_predict,
+                            progress=progress)
+    cands = candidates(list(x.misses) if x is not None else [])
+    trials, left = try_flags(sim, base, cands, progress=progress)
+    confirm_misses({i: m for i, m in misses}, base, trials)
+    if progress:
+        progress("done")
+    adv = Advice(base.processed, trials, client, left, sim.seconds, sim.n_runs)
+    return SessionWhy(base, misses, changes, pricing, adv, notes)
+
+
+__all__ = ["SessionWhy", "analyse"]
