@@ -141,9 +141,85 @@ def run(ld: Loaded, *, memory: str = "paper"):
     return tl, out
 
 
-def lines(tl) -> list[str]:
-    """The report as text: per conversation, per call, reused + processed and what broke the prefix."""
+class ReportRunner:
+    """The report's runs for slotlab.why.session.analyse_runs: the calls replayed one at a time in the
+    order made (`run`), on paper, with a call's prompt replaced (a stable client's) or flags added; the
+    recorded replies scripted as in the report itself."""
+
+    def __init__(self, ld: Loaded):
+        from slotlab.engine.params import ServerParams
+        from slotlab.engine.replay import resolve_flags
+
+        self.ld = ld
+        self.params = ServerParams.from_args(resolve_flags(ld.flags, ld.vocab))
+        self.seconds = 0.0
+        self.n_runs = 0
+
+    def calls(self) -> list:
+        return list(self.ld.calls)
+
+    def prompts(self) -> list:
+        return [None] * len(self.ld.calls)  # as recorded
+
+    def n_predict(self) -> list[int]:
+        return [int(self.ld.requests[c.request].get("n_predict", 0)) for c in self.ld.calls]
+
+    def renderer(self, params=None):
+        from slotlab.conversation import Renderer
+
+        return Renderer.of(self.ld.vocab, params or self.params)
+
+    def run(self, prompts=None, extra=(), explain: bool = False):
+        import dataclasses
+        import time
+
+        from slotlab.why.advice import Run
+
+        t0 = time.perf_counter()
+        reqs = list(self.ld.requests)
+        for c, toks in zip(self.ld.calls, prompts or []):
+            if toks is not None:
+                reqs[c.request] = {**reqs[c.request], "prompt": np.asarray(toks, dtype=np.int32).tolist()}
+        tl, out = run(dataclasses.replace(self.ld, flags=[*self.ld.flags, *extra], requests=reqs), memory="paper")
+        bars = {b.request: b for b in tl.bars()}
+        res = out["results"]
+        per, misses, failed, lost = [], [], set(), {}
+        for i, c in enumerate(self.ld.calls):
+            b = bars.get(c.request)
+            r = res[c.request] if c.request < len(res) else {}
+            if b is None or r.get("error") is not None:
+                failed.add(i)
+            per.append((b.cache_n, b.prompt_n) if b is not None else (0, 0))
+            m = b.miss if b is not None else None
+            misses.append(m)
+            if m is not None:
+                lost[m.cause] = lost.get(m.cause, 0) + m.lost
+        self.seconds += time.perf_counter() - t0
+        self.n_runs += 1
+        core = getattr(out.get("engine"), "core", None)
+        return Run(per, misses, failed, sum(p for _, p in per), out, None, getattr(core, "n_ctx_slot", None), lost)
+
+    def runner(self, explain: bool = True):
+        def go(prompts):
+            r = self.run(prompts, explain=explain)
+            return r.per_call, [None if m is None else (m.cause, int(m.lost)) for m in r.misses]
+        return go
+
+
+def analysis(ld: Loaded, progress=None):
+    """What a stable client would have reused and the advice that worked (slotlab.why.session), for
+    the report's calls replayed as the report replays them."""
+    from slotlab.why.session import analyse_runs
+
+    rr = ReportRunner(ld)
+    return analyse_runs(rr, params=rr.params, progress=progress)
+
+
+def lines(tl, sw=None) -> list[str]:
+    """The report as text: per conversation, per call, reused + processed and what broke the prefix;
+    with `sw` (`analysis`), what a stable client would have reused and the advice that worked."""
     rows = []
+    cost = {c.request: c for c in sw.pricing.calls} if sw is not None and sw.pricing is not None else {}
     for s, bars in tl.conversations().items():
         n_re = sum(b.reprocessed for b in bars)
         rows.append(f"conversation {s}: {len(bars)} calls, {sum(b.cache_n for b in bars)} tokens reused, "
@@ -158,16 +234,27 @@ def lines(tl) -> list[str]:
                             f"{c.after!r}" + (f" — {c.advice}" if c.advice else ""))
             if b.miss is not None:
                 rows.append(f"       server: {b.miss.detail}")
+            cc = cost.get(b.request)
+            if cc is not None and (cc.stable_processed != b.prompt_n or cc.change):
+                rows.append(f"       a stable client: reused {cc.stable_reused}, processed {cc.stable_processed}"
+                            + (f" (the change cost {cc.client})" if cc.change and not cc.why else
+                               f" (not priced: {cc.why})" if cc.why else ""))
     tot = tl.totals()
     by = ", ".join(f"{k.split(':', 1)[-1]} {v}" for k, v in sorted(tot.items(), key=lambda kv: -kv[1])
                    if k not in ("reused", "new"))
     rows.append(f"tokens processed again by cause: {by or 'none'}; reused {tot.get('reused', 0)}, new "
                 f"{tot.get('new', 0)}")
+    if sw is not None:
+        if sw.pricing is not None:
+            rows += sw.pricing.lines()
+        rows += sw.advice.lines()
     return rows
 
 
-def as_json(tl) -> dict:
-    return {"conversations": [
+def as_json(tl, sw=None) -> dict:
+    extra = {} if sw is None else {"stable": None if sw.pricing is None else sw.pricing.as_json(),
+                                   "advice": sw.advice.as_json()}
+    return {**extra, "conversations": [
         {"session": s, "calls": [{"request": b.request, "cache_n": b.cache_n, "prompt_n": b.prompt_n,
                                   "parts": [{"cause": c, "tokens": n} for c, n in b.parts],
                                   "change": None if b.call is None or not b.call.change else b.call.change,
@@ -192,13 +279,23 @@ def report_main(argv: list[str]) -> int:
     ap.add_argument("--memory", choices=("paper", "real"), default="paper",
                     help="paper (default): the server's decisions, nothing decoded, each call generating its "
                          "recorded reply; real: the model runs (its own replies)")
+    ap.add_argument("--no-advice", action="store_true", help="leave out what a stable client would have reused "
+                    "and the advice (each a run of the whole session on paper)")
     args, flags = ap.parse_known_args(argv)
     ld = load(args.trace, flags=flags)
     tl, _ = run(ld, memory=args.memory)
+    sw = None
+    if not args.no_advice and len(ld.calls) > 0:
+        from slotlab.why.advice import progress_line
+
+        say = progress_line("slotlab report")
+        sw = analysis(ld, progress=say)
+        if say:
+            print(file=sys.stderr)
     if args.json:
-        print(json.dumps(as_json(tl), indent=1, ensure_ascii=False))
+        print(json.dumps(as_json(tl, sw), indent=1, ensure_ascii=False))
     else:
-        print("\n".join(lines(tl)))
+        print("\n".join(lines(tl, sw)))
     if args.png:
         from slotlab.figures.timeline import write_png
 

@@ -184,15 +184,12 @@ def emit_call(bus, task: int, request: int, session: str, change=None):
 
 
 def sessions_of(calls, renderer) -> list[str]:
-    """Each call's conversation, as slotlab.conversation.client_changes names them: the call's own
-    session, else its paired previous call's, else `#request` of the conversation's first call."""
-    from slotlab.conversation import pair
+    """Each call's conversation, as slotlab.conversation.client_changes names them (slotlab.identity:
+    the call's own session, else its paired previous call's, else `#request` of its first call);
+    `renderer` is not needed (kept for callers that pass it)."""
+    from slotlab.identity import names
 
-    parents = pair(calls, renderer)
-    out: list[str] = []
-    for c, pj in zip(calls, parents):
-        out.append(c.session if c.session is not None else out[pj] if pj is not None else f"#{c.request}")
-    return out
+    return names(calls)
 
 
 class Conversations:

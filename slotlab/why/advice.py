@@ -39,13 +39,17 @@ class Run:
     misses: list
     failed: set
     processed: int
-    result: object = None  # the SimResult
+    result: object = None  # the SimResult (a report's run: its replay dict)
     explainer: object = None  # slotlab.explain.Explainer (explain=True)
+    n_ctx_slot: int | None = None  # the slot's context the run had (a stable prompt must fit it)
+    lost_by_cause: dict = field(default_factory=dict)  # the explainer's totals (the server's mechanisms)
 
 
 class SimRunner:
     """Runs a session log's trace (slotlab.sim.traces.load_sessions) on paper under `flags`, with each
-    call's prompt replaced where asked (the same arrival, reply and fields)."""
+    call's prompt replaced where asked (the same arrival, reply and fields). A runner (this one, or
+    slotlab.report.ReportRunner) has `calls()`, `prompts()`, `n_predict()`, `renderer()` and
+    `run(prompts, extra, explain) -> Run`."""
 
     def __init__(self, trace, flags: list[str], *, speed, profile=None, vocab=None):
         self.trace, self.flags, self.speed, self.profile, self.vocab = trace, list(flags), speed, profile, vocab
@@ -59,6 +63,14 @@ class SimRunner:
 
     def calls(self) -> list:
         return [self.trace.requests[self.by_call[i]].call for i in range(self.n_calls)]
+
+    def n_predict(self) -> list[int]:
+        return [int(self.trace.requests[self.by_call[i]].n_predict) for i in range(self.n_calls)]
+
+    def renderer(self, params=None):
+        from slotlab.conversation import Renderer
+
+        return Renderer.of(self.vocab if self.vocab is not None else getattr(self.trace, "vocab", None), params)
 
     def prompts(self) -> list[np.ndarray]:
         return [np.asarray(self.trace.requests[self.by_call[i]].prompt, dtype=np.int32) for i in range(self.n_calls)]
@@ -107,7 +119,9 @@ class SimRunner:
                     misses[call_of[j]] = m
         self.seconds += time.perf_counter() - t0
         self.n_runs += 1
-        return Run(per, misses, failed, res.totals["tokens_prefilled"], res, x)
+        core = getattr(res.engine, "core", None)
+        return Run(per, misses, failed, res.totals["tokens_prefilled"], res, x, getattr(core, "n_ctx_slot", None),
+                   dict(x.lost_by_cause) if x is not None else {})
 
     def runner(self, explain: bool = True) -> Callable:
         """A slotlab.why.stable runner (prompts -> (per call, misses))."""
@@ -197,7 +211,7 @@ def candidates(misses) -> list[str]:
     return sorted(tot, key=lambda s: -tot[s])
 
 
-def try_flags(sim: SimRunner, base: "Run", cands: Sequence[str], progress: Callable[[str], None] | None = None
+def try_flags(sim, base: "Run", cands: Sequence[str], progress: Callable[[str], None] | None = None
                ) -> tuple[list[FlagTrial], list[str]]:
     """Each candidate flag change run over the whole session (as sent); (trials, left out)."""
     from slotlab.counterfactual import flag_change
@@ -220,7 +234,7 @@ def try_flags(sim: SimRunner, base: "Run", cands: Sequence[str], progress: Calla
     return trials, list(cands[MAX_FLAGS:])
 
 
-def try_client(calls, sim: SimRunner, renderer, base: "Run", kinds: Sequence[str], *, n_ctx_slot=None,
+def try_client(calls, sim, renderer, base: "Run", kinds: Sequence[str], *, n_ctx_slot=None,
                 n_predict=None, progress=None) -> list[ClientTrial]:
     """Each kind of client change undone alone, at every call that made it, the session run again."""
     from slotlab.why.stable import stable_calls

@@ -33,10 +33,8 @@ class SessionWhy:
     def lines(self) -> list[str]:
         out = [f"#{i} {m.line()}" for i, m in self.misses]
         out += [c.line() for c in self.changes]
-        x = self.base.explainer
-        if x is not None:
-            tot = ", ".join(f"{c} {n}" for c, n in sorted(x.lost_by_cause.items(), key=lambda kv: -kv[1]))
-            out.append(f"tokens lost by cause (the server's mechanisms, as sent): {tot or 'none'}")
+        tot = ", ".join(f"{c} {n}" for c, n in sorted(self.base.lost_by_cause.items(), key=lambda kv: -kv[1]))
+        out.append(f"tokens lost by cause (the server's mechanisms, as sent): {tot or 'none'}")
         if self.pricing is not None:
             out += self.pricing.lines()
         out += self.advice.lines()
@@ -44,9 +42,8 @@ class SessionWhy:
         return out
 
     def as_json(self) -> dict:
-        x = self.base.explainer
         return {"misses": [{"request": i, **m.as_dict()} for i, m in self.misses],
-                "lost_by_cause": dict(x.lost_by_cause) if x is not None else {},
+                "lost_by_cause": dict(self.base.lost_by_cause),
                 "client_changes": [c.as_dict() for c in self.changes],
                 "stable": None if self.pricing is None else self.pricing.as_json(),
                 "advice": self.advice.as_json(), **({"notes": self.notes} if self.notes else {})}
@@ -55,10 +52,17 @@ class SessionWhy:
 def analyse(trace, flags: list[str], *, speed, profile=None, vocab=None, params=None,
             progress: Callable[[str], None] | None = None) -> SessionWhy:
     """`trace`: a SimTrace (a session log's: its requests carry their calls; any other: flag advice
-    only). `flags`: the server's."""
-    from slotlab.conversation import Renderer, client_changes
-
+    only), run on paper under `flags` (the server's) by slotlab.sim.simulate."""
     sim = SimRunner(trace, flags, speed=speed, profile=profile, vocab=vocab)
+    has_calls = any(getattr(q, "call", None) is not None for q in trace.requests)
+    return analyse_runs(sim, params=params, chat=has_calls, progress=progress)
+
+
+def analyse_runs(sim, *, params=None, chat: bool = True, progress: Callable[[str], None] | None = None) -> SessionWhy:
+    """The three runs (module docstring) through a runner (slotlab.why.advice.SimRunner, or
+    slotlab.report.ReportRunner); `chat`: its calls are chat calls (their changes are priced)."""
+    from slotlab.conversation import client_changes
+
     if progress:
         progress("the session as sent")
     base = sim.run(explain=True)
@@ -67,17 +71,15 @@ def analyse(trace, flags: list[str], *, speed, profile=None, vocab=None, params=
     notes = []
     if x is not None and len(x.misses) == x.misses.maxlen:
         notes.append(f"only the last {x.misses.maxlen} misses are listed (the totals count all)")
-    calls = sim.calls() if any(getattr(q, "call", None) is not None for q in trace.requests) else []
+    calls = sim.calls() if chat else []
     changes, pricing, client = [], None, []
-    n_ctx_slot = getattr(getattr(base.result.engine, "core", None), "n_ctx_slot", None)
     if len(calls) > 1:
-        model = vocab if vocab is not None else getattr(trace, "vocab", None)
-        renderer = Renderer.of(model, params)
+        renderer = sim.renderer(params)
         changes = client_changes(calls, renderer)
-        n_predict = [int(trace.requests[sim.by_call[i]].n_predict) for i in range(len(calls))]
+        n_predict = sim.n_predict()
         if progress:
             progress("the session as a stable client would have sent it")
-        pricing = price(calls, sim.prompts(), sim.runner(explain=True), renderer, n_ctx_slot=n_ctx_slot,
+        pricing = price(calls, sim.prompts(), sim.runner(explain=True), renderer, n_ctx_slot=base.n_ctx_slot,
                         n_predict=n_predict, actual_run=(base.per_call, [None if m is None else (m.cause, int(m.lost))
                                                                          for m in base.misses]))
         cost = {c.request: c for c in pricing.calls}
@@ -89,15 +91,13 @@ def analyse(trace, flags: list[str], *, speed, profile=None, vocab=None, params=
                 elif ch.change in PRICED:
                     ch.stable = cc.client
         kinds = [k for k in PRICED if any(c.change == k for c in changes)]
-        client = try_client(calls, sim, renderer, base, kinds, n_ctx_slot=n_ctx_slot, n_predict=n_predict,
+        client = try_client(calls, sim, renderer, base, kinds, n_ctx_slot=base.n_ctx_slot, n_predict=n_predict,
                             progress=progress)
-    cands = candidates(list(x.misses) if x is not None else [])
+    cands = candidates(list(x.misses) if x is not None else [m for _, m in misses])
     trials, left = try_flags(sim, base, cands, progress=progress)
     confirm_misses({i: m for i, m in misses}, base, trials)
-    if progress:
-        progress("done")
     adv = Advice(base.processed, trials, client, left, sim.seconds, sim.n_runs)
     return SessionWhy(base, misses, changes, pricing, adv, notes)
 
 
-__all__ = ["SessionWhy", "analyse"]
+__all__ = ["SessionWhy", "analyse", "analyse_runs"]

@@ -43,3 +43,24 @@ def test_every_change_is_named_priced_and_only_tested_advice_is_given(analysed):
     cost = check(doc, text, err, truth, tools_visible=tools_render(GOLDEN / "session.jsonl"))
     assert cost["system_changed"] > 9000  # the clock: the biggest loss, named at every turn
     confirm_advice(GOLDEN / "session.jsonl", doc)
+
+
+def test_the_report_shows_the_same_prices_and_advice(analysed):
+    """`slotlab report` (the calls replayed one at a time, as made): the same stable-client prices per
+    call as `simulate --why` (the session's calls never overlapped), and the same tested advice."""
+    doc, _, _ = analysed
+    r = slotlab("report", str(GOLDEN / "session.jsonl"), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    assert "the server's flags from the session log: -c 8192 -np 2 --cache-ram 256" in r.stderr
+    key = lambda c: (c["request"], c["change"], c["processed"], c["stable_processed"], c["client"])  # noqa: E731
+    assert [key(c) for c in rep["stable"]["calls"]] == [key(c) for c in doc["stable"]["calls"]]
+    assert [t for t in rep["advice"]["flags"] if t["advice"]] == [t for t in doc["advice"]["flags"] if t["advice"]]
+    bars = {c["request"]: c for conv in rep["conversations"] for c in conv["calls"]}
+    clock = json.loads((GOLDEN / "truth.json").read_text())["calls"]
+    for i, t in enumerate(clock):  # the clock's turns drawn as its client change, not as new tokens
+        if t["conversation"] == "clock" and t["change"]:
+            assert bars[i]["change"] == "system_changed"
+            assert dict((p["cause"], p["tokens"]) for p in bars[i]["parts"]).get("client:system_changed", 0) > 2000
+    t = slotlab("report", str(GOLDEN / "session.jsonl"))
+    assert "a stable client: reused" in t.stdout and "untested" not in t.stdout
