@@ -333,7 +333,9 @@ def cmd_watch(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true", help="print the golden-trace JSON schema")
     ap.add_argument("--events", help="also write every event as JSON lines to this file")
     ap.add_argument("--why", action="store_true", help="explain each miss the log shows (a request that reused less "
-                                                       "than a slot or RAM entry held) with its cause and the flag to try")
+                                                       "than a slot or RAM entry held) with its cause (a log has no "
+                                                       "prompts to test flag changes on: `slotlab simulate REC --why` "
+                                                       "tests them on a recording)")
     args = ap.parse_args(argv)
     live = args.follow or args.url or command or args.twin
     if not live:

@@ -107,7 +107,8 @@ class Miss:
     confirmed (`slotlab.counterfactual.confirm`: they reused more, best first, `saved` the tokens each
     saved), then the advice that is not a flag (a request field, keeping the prompt stable).
     `untested` holds, where no replay was possible (a live engine, a server's log), the candidates
-    whose precondition holds in what the events show; `line` marks them untested."""
+    whose precondition holds in what the events show: data, never printed as advice (`line` says
+    instead how to test them, NOT_TESTED)."""
 
     task: int
     slot: int
@@ -137,7 +138,7 @@ class Miss:
         return [s for s in self.suggest if not is_flag(s)]
 
     def tip(self) -> str:
-        """The advice in a few words: tested flags with their figure, untested ones marked so."""
+        """The advice in a few words: tested flags with their figure; where none was tested, how to test them."""
         def fig(f):
             c = f"; {self.cost[f]}" if f in self.cost else ""
             return f"{f} (+{self.saved[f]} tokens reused{c})" if f in self.saved else (f"{f} ({self.cost[f]})" if c else f)
@@ -145,8 +146,8 @@ class Miss:
         parts = []
         if fl:
             parts.append("try " + ", or ".join(fig(f) for f in fl[:3]))
-        elif self.untested and not self.tested:
-            parts.append("untested: try " + ", or ".join(fig(f) for f in self.untested[:3]))
+        elif self.untested and not self.tested:  # never advice: only a run of the trace says what a flag saves
+            parts.append(NOT_TESTED)
         elif self.tested and self.candidates:
             parts.append("no flag change tried saved tokens")
         elif self.not_tried:
@@ -163,6 +164,11 @@ class Miss:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+#: what a miss's line says where flag changes act on it but nothing ran the trace with them
+NOT_TESTED = ("flag changes not tested here: `slotlab simulate REC --why` on a recording (slotlab proxy --record) "
+              "tests them")
 
 
 def is_flag(s: str) -> bool:

@@ -234,5 +234,33 @@ class Conversations:
         self._tasks.append(task)
         return task
 
+    def analysis(self, progress=None):
+        """The finished calls priced against a stable client and every flag change and client fix run
+        over them (slotlab.why.session, as `slotlab report` does): the calls replayed one at a time on
+        paper under the engine's flags, each generating what it generated here. Returns the
+        SessionWhy (`Panel.show_stable` draws it on the conversations tab)."""
+        import numpy as np
+
+        from slotlab.report import Loaded, analysis
+
+        self._replies()
+        done = [(c, t) for c, t in zip(self.calls, self._tasks) if t.done and t.result is not None and t.error is None]
+        if not done:
+            raise ValueError("no finished chat call to price yet: send some with chat() and run the engine")
+        reqs, calls, outs = [], [], []
+        for i, (c, t) in enumerate(done):
+            reqs.append({"prompt": self.renderer.tokens(c.messages, c.tools).tolist(),
+                         "n_predict": len(t.result.get("tokens") or []) or 1})
+            calls.append(type(c)(i, c.messages, c.tools, c.reply, c.reply_text, c.session, c.user))
+            outs.append(np.asarray(t.result.get("tokens") or [], dtype=np.int32))
+        ld = Loaded(self.engine.params.to_args(), reqs, calls, outs, self.engine.model, "panel")
+        sw = analysis(ld, progress=progress)
+        back = [c.request for c, _ in done]  # the calls' own numbers (the timeline's rows)
+        for cc in (sw.pricing.calls if sw.pricing is not None else []):
+            cc.request = back[cc.request]
+        for ch in sw.changes:
+            ch.request, ch.previous = back[ch.request], back[ch.previous] if ch.previous >= 0 else -1
+        return sw
+
 
 __all__ = ["Bar", "Conversations", "NEW", "Timeline", "call_fields", "emit_call", "sessions_of", "split"]

@@ -44,6 +44,7 @@ class TimelineData:
     parts: dict = field(default_factory=dict)  # part -> {"x", "y", "base", "hovertext"}
     rows: list = field(default_factory=list)
     marks: dict = field(default_factory=lambda: {"x": [], "y": [], "color": [], "hovertext": []})
+    stable: dict = field(default_factory=lambda: {"x": [], "y": [], "hovertext": []})  # ◆ a stable client's reuse
     n_other: int = 0
 
 
@@ -51,13 +52,24 @@ def row_name(b) -> str:
     return f"{b.session} · #{b.request}"
 
 
-def timeline_data(tl) -> TimelineData:
-    """The arrays for `tl` (a slotlab.timeline.Timeline)."""
+def timeline_data(tl, stable=None) -> TimelineData:
+    """The arrays for `tl` (a slotlab.timeline.Timeline); `stable` (slotlab.why.stable.Pricing, its
+    calls numbered as the timeline's requests) adds a ◆ per call where a stable client's reuse ends."""
     d = TimelineData(parts={p: {"x": [], "y": [], "base": [], "hovertext": []} for p in PARTS}, n_other=tl.n_other)
+    cost = {c.request: c for c in stable.calls} if stable is not None else {}
     for s, bars in tl.conversations().items():
         for b in bars:
             y = row_name(b)
             d.rows.append(y)
+            cc = cost.get(b.request)
+            if cc is not None:
+                d.stable["x"].append(cc.stable_reused)
+                d.stable["y"].append(y)
+                d.stable["hovertext"].append(
+                    f"#{b.request}: a stable client would have reused {cc.stable_reused} and processed "
+                    f"{cc.stable_processed} (as sent: {cc.reused} / {cc.processed})"
+                    + (f"; the {cc.change} cost {cc.client}" if cc.change and not cc.why else "")
+                    + (f"; {cc.server} still lost to the server ({cc.server_cause})" if cc.server else ""))
             segs = [("reused", b.cache_n)] + list(b.parts)
             left = 0
             for part, n in segs:
@@ -99,6 +111,10 @@ class TimelineView:
                              hovertext=[], hoverinfo="text", marker=dict(symbol="triangle-down", size=10, color=[],
                                                                          line=dict(width=0.5, color="black")),
                              showlegend=False)
+        self.fig.add_scatter(name="◆ a stable client's reuse (Panel.show_stable)", mode="markers", x=[], y=[],
+                             hovertext=[], hoverinfo="text", marker=dict(symbol="diamond", size=9, color="white",
+                                                                         line=dict(width=1.2, color="black")),
+                             showlegend=False)
         self.fig.update_layout(barmode="overlay", height=200, width=1000, bargap=0.3,
                                margin=dict(l=150, r=40, t=30, b=40), legend=dict(orientation="v", x=1.02, y=1.0),
                                title=dict(text="conversations: each call's reused and processed tokens, by cause",
@@ -106,10 +122,22 @@ class TimelineView:
                                xaxis=dict(title=dict(text="prompt tokens: reused (cache_n), then processed "
                                                           "(prompt_n) by cause", font=dict(size=11))))
         self.note = w.HTML()
-        self.box = w.VBox([self.fig, self.note])
+        self.advice = w.HTML()
+        self.stable = None  # slotlab.why.session.SessionWhy, once show_stable drew one
+        self.box = w.VBox([self.fig, self.note, self.advice])
+
+    def show_stable(self, sw, tl) -> None:
+        """Draw `sw` (Conversations.analysis): a ◆ per call, and the session's price and the advice
+        that worked below the picture."""
+        import html
+
+        self.stable = sw
+        lines = (sw.pricing.lines() if sw.pricing is not None else []) + sw.advice.lines()
+        self.advice.value = "<pre style='font-size:11px'>" + html.escape("\n".join(lines)) + "</pre>"
+        self.render(tl)
 
     def render(self, tl) -> TimelineData:
-        d = timeline_data(tl)
+        d = timeline_data(tl, self.stable.pricing if self.stable is not None else None)
         with self.fig.batch_update():
             for j, p in enumerate(PARTS):
                 t, tr = d.parts[p], self.fig.data[j]
@@ -119,6 +147,9 @@ class TimelineView:
             m.x, m.y, m.hovertext = d.marks["x"], d.marks["y"], d.marks["hovertext"]
             m.marker.color = d.marks["color"]
             m.showlegend = bool(d.marks["x"])
+            st = self.fig.data[len(PARTS) + 1]
+            st.x, st.y, st.hovertext = d.stable["x"], d.stable["y"], d.stable["hovertext"]
+            st.showlegend = bool(d.stable["x"])
             self.fig.layout.yaxis.categoryorder = "array"
             self.fig.layout.yaxis.categoryarray = d.rows[::-1]
             self.fig.layout.height = 160 + 22 * max(1, len(d.rows))

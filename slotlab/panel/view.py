@@ -282,6 +282,15 @@ class Panel(w.VBox):
         self._render_safely()
         return self.state
 
+    def show_stable(self, conversations, progress=None):
+        """Price the chat calls `conversations` (slotlab.timeline.Conversations) sent to this panel's
+        engine against a stable client and test every flag change and client fix over them, on paper
+        (`Conversations.analysis`); the conversations tab draws a ◆ per call where a stable client's
+        reuse ends and lists the price and the advice that worked. Returns the SessionWhy."""
+        sw = conversations.analysis(progress=progress)
+        self.timeline.show_stable(sw, self.state.timeline)
+        return sw
+
     def close(self) -> None:
         self._unsubscribe()
         if self._task is not None:

@@ -64,8 +64,9 @@ def misses(events: list, divergences: dict | None = None) -> tuple[list, dict]:
 
 
 #: why a server's log alone shows no client changes
-NO_MESSAGES = ("a server log carries no chat messages: to see what the client changed between calls, record "
-               "the traffic (slotlab proxy --record trace.json) and run slotlab replay trace.json --why")
+NO_MESSAGES = ("a server log carries no chat messages: to see what the client changed between calls and have "
+               "advice tested on the whole session, record the traffic (slotlab proxy --record session.jsonl "
+               "--flags \"...\") and run slotlab simulate session.jsonl --why")
 
 
 #: why a log shows no text around the divergences
@@ -81,8 +82,8 @@ def diverged(events: list, divergences: dict | None) -> list[tuple[int, Divergen
 
 
 def why_lines(events: list, divergences: dict | None = None) -> list[str]:
-    """The misses a log shows with their causes. No trace can be replayed from a log, so a flag change
-    is offered only where what the log shows meets its precondition, and marked untested. Where the log
+    """The misses a log shows with their causes. No trace can be replayed from a log, so no flag change
+    is offered (each line says how to test them: explain.NOT_TESTED). Where the log
     has the text around a prompt's divergence, each request that left what its slot held shows it (the
     change itself may be the client's: the server's flags cannot undo that)."""
     found, lost = misses(events, divergences)

@@ -10,6 +10,7 @@ import pytest
 
 from slotlab.counterfactual import diagnose_trace, flag_change
 from slotlab.engine.replay import parse_trace
+from slotlab.explain import NOT_TESTED
 from slotlab.memory.fake import FakeMemory
 
 SYS = "You are the support assistant of a bicycle shop. Policies: be kind, be brief, be exact. " * 2
@@ -223,12 +224,15 @@ CHAT = [SYS + " user: my brakes squeal", SYS + " user: my brakes squeal assistan
 
 def test_untested_advice_names_cms_only_where_message_delimiters_put_checkpoints():
     """-cms spaces the checkpoints taken at user-message starts: without message delimiters there are
-    none, so a live explanation must not offer it; with them it may, marked untested."""
+    none, so a live explanation must not count it among the untested candidates; with them it may (they
+    are data: the line prints none of them)."""
     plain = _live_misses("-np 1 -c 4096 --cache-ram 0 -cms 64", [{"prompt": p} for p in CHAT])
     (m,) = plain
     assert m.cause == "checkpoint_early" and not m.tested
     assert "--checkpoint-min-step 0" in m.candidates and "--checkpoint-min-step 0" not in m.untested
-    assert m.untested == ["--swa-full"] and "untested: try --swa-full" in m.line() and m.suggest == []
+    assert m.untested == ["--swa-full"] and m.suggest == []
+    # untested flags are never printed as advice: the line says how to test them
+    assert NOT_TESTED in m.line() and "--swa-full" not in m.line()
     delim = [{"role": "user", "delimiter": " user:"}]
     spans = _live_misses("-np 1 -c 4096 --cache-ram 0 -cms 64",
                          [{"prompt": p + " user: x" * 3, "message_delimiters": delim} for p in CHAT])

@@ -9,7 +9,7 @@ from slotlab.panel.state import PanelState
 SYS = "You are the support assistant of a bicycle shop. Policies: be kind, be brief, be exact. " * 2
 
 
-def test_the_why_line_carries_the_cause_and_the_untested_flag():
+def test_the_why_line_carries_the_cause_and_no_untested_flag():
     e = Engine("-np 1 -c 4096 --cache-ram 0 --ctx-checkpoints 0", memory=FakeMemory(n_slots=1, n_swa=512),
                observers=[explain.attach])
     for p in (SYS + "user: my brakes squeal", SYS + "user: my brakes squeal. assistant: ok. user: and the chain?"):
@@ -17,10 +17,11 @@ def test_the_why_line_carries_the_cause_and_the_untested_flag():
         e.run_until(lambda: t.done)
     st = PanelState.from_bus(e.events)
     task, slot, line = st.why[-1]
-    # a live panel has no trace to replay: a flag is offered untested, and only where its precondition
+    # a live panel has no trace to replay: no flag is offered, the line says how to test them
     assert task == 1 and "MISSED" in line and "no checkpoint was at or before it" in line
-    # (an SWA model without --swa-full; checkpoints switched off) holds in the events
-    assert "(untested: try --ctx-checkpoints 32, or --swa-full)" in line and "checkpoint-min-step" not in line
+    from slotlab.explain import NOT_TESTED
+
+    assert f"({NOT_TESTED})" in line and "--swa-full" not in line and "--ctx-checkpoints" not in line
     assert [m.cause for m in st.misses] == ["no_checkpoint"] and st.slots[0].why == line
     ev = [x for x in e.events.log if x.kind == "request_miss"]  # the cause as data, in the event log
     assert len(ev) == 1 and ev[0].task == 1 and ev[0].payload.cause == "no_checkpoint" and "--swa-full" in ev[0].payload.suggest
