@@ -149,3 +149,33 @@ def test_bad_json_lines(tmp_path):
     m.write_text('{"timestamp": 0, "input_length": 600, "hash_ids": [1, 2]}\n{"timestamp": 5, "hash_ids": [1]}\n')
     with pytest.raises(TraceError, match=r"mooncake\.jsonl, line 2, field 'input_length': missing"):
         load_sim_trace(m)
+
+
+def test_a_session_log_header_gives_the_flags_and_simulate_says_so(tmp_path, capsys):
+    """What `slotlab proxy --record x.jsonl` writes first: the server's flags and /props; `simulate` takes
+    the flags from it (and says so), a log without one says that defaults are simulated, a bad header
+    names its field. Without session ids the conversations are told by content."""
+    from slotlab.sim.cli import flags_of_log
+    from slotlab.sim.traces import load_sessions, session_log_header
+
+    head = {"slotlab_session_log": 1, "flags": ["-np", "2", "-c", "4096"], "server": {"build": "b11312-x"}}
+    calls = [{"messages": [{"role": "user", "content": "hi"}], "output_length": 3, "gap": 0},
+             {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                           {"role": "user", "content": "more"}], "output_length": 3, "gap": 1}]
+    p = tmp_path / "log.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in [head, *calls]) + "\n")
+    assert session_log_header(p) == head
+    assert flags_of_log(p, [], "t") == ["-np", "2", "-c", "4096"]
+    assert "the server's flags from the session log: -np 2 -c 4096 (build b11312-x)" in capsys.readouterr().err
+    assert flags_of_log(p, ["-np", "1"], "t") == ["-np", "1"]
+    assert "not the recorded -np 2 -c 4096" in capsys.readouterr().err
+    st = load_sessions(p)
+    assert st.flags == ["-np", "2", "-c", "4096"] and len(st.requests) == 2
+    assert st.requests[0].session == st.requests[1].session  # told by content: one conversation
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("\n".join(json.dumps(x) for x in calls) + "\n")
+    assert flags_of_log(bare, [], "t") == [] and "simulating llama-server's defaults" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**head, "flags": "-np 2"}) + "\n" + json.dumps(calls[0]) + "\n")
+    with pytest.raises(TraceError, match="field 'flags'"):
+        load_sessions(bad)
