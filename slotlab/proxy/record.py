@@ -423,8 +423,9 @@ class Recorder:
         return self._props
 
     def header(self) -> dict:
-        """The session log's first line: the server's flags (the `--flags` given, with `-np` from /props
-        where they do not say it) and what /props told (build, slots, context), and what is missing."""
+        """The session log's first line: the server's flags (the `--flags` given, with `-np` and `-c` from
+        /props where they do not say them) and what /props told (build, slots, context), and what is
+        missing."""
         info = self.server_info()
         flags = list(self.flags)
         notes = []
@@ -442,8 +443,22 @@ class Recorder:
                 notes.append(f"-np {n} from the server's /props (--flags did not say it)")
             elif np_given is not None and np_given != n:
                 notes.append(f"--flags say -np {np_given}, the server's /props {n} slots")
+        ctx = info.get("n_ctx")
+        if ctx is not None and n is not None and not any(a in ("-c", "--ctx-size") for a in flags):
+            from slotlab.engine.params import ServerParams
+
+            try:  # /props tells a slot's context: the whole one is n slots of it unless the KV is unified
+                unified = ServerParams.from_args(flags).kv_unified_effective
+            except Exception:
+                unified = None
+            if unified is not None:
+                c = int(ctx) if unified else int(ctx) * int(n)
+                flags += ["-c", str(c)]
+                notes.append(f"-c {c} from the server's /props ({n} slots of {ctx} tokens"
+                             f"{', unified KV' if unified else ''}; --flags did not say it)")
         if not self.flags:
-            notes.append("no --flags given: the flags /props does not tell (-c, --cache-ram, ...) are the defaults")
+            notes.append("no --flags given: the flags /props does not tell (--cache-ram, -sps, checkpoints, ...) "
+                         "are the defaults")
         return {"slotlab_session_log": 1, "flags": flags, **({"server": info} if info else {}),
                 **({"notes": notes} if notes else {})}
 

@@ -28,6 +28,11 @@ def analysed():
 
 def test_the_recording_replays_as_the_server_ran_it(analysed):
     doc, _, _ = analysed
+    from slotlab.sim.traces import session_log_header
+
+    h = session_log_header(GOLDEN / "session.jsonl")  # what the proxy kept of the server
+    assert h["flags"] == ["-c", "8192", "-np", "2", "--cache-ram", "256"]
+    assert h["server"]["build"].startswith("b11312") and h["server"]["total_slots"] == 2
     w = slotlab("watch", "--log", str(GOLDEN / "server.log"), "--json")
     assert w.returncode == 0, w.stderr[-2000:]
     server = json.loads(w.stdout)["results"]

@@ -309,3 +309,20 @@ def test_chat_calls_keep_messages_tools_reply_and_session():
                                                                 "template"] * 6
     assert tr["recorder"]["not_calls"] == [{"t": 2.0, "endpoint": "/v1/messages/count_tokens",
                                             "reason": "counting tokens runs no completion"}]
+
+
+def test_the_session_log_header_fills_in_what_props_tells():
+    """`--flags` without -np / -c: the header takes them from /props (a slot's context times the slots,
+    unless the KV is unified), and says so; flags that disagree with /props are noted, not changed."""
+    rec = Recorder(["--cache-ram", "256"], upstream="http://127.0.0.1:9")
+    rec._props = {"build": "b11312-abc", "total_slots": 2, "n_ctx": 4096}
+    h = rec.header()
+    assert h["flags"] == ["--cache-ram", "256", "-np", "2", "-c", "8192"] and h["server"]["build"] == "b11312-abc"
+    assert any("-c 8192 from the server's /props (2 slots of 4096 tokens" in n for n in h["notes"])
+    rec = Recorder(["-np", "3", "-c", "8192", "-kvu"], upstream="http://127.0.0.1:9")
+    rec._props = {"total_slots": 2, "n_ctx": 8192}
+    h = rec.header()
+    assert h["flags"] == ["-np", "3", "-c", "8192", "-kvu"] and h["notes"] == ["--flags say -np 3, the server's /props 2 slots"]
+    rec = Recorder([], upstream="http://127.0.0.1:9")  # nothing answers there: the reason is kept
+    h = rec.header()
+    assert h["flags"] == [] and "no --flags given" in h["notes"][0] and "/props" in rec.problems[0]
