@@ -16,7 +16,8 @@ call shows instead, strongest first:
   starts with, then the longest run of leading messages, then a near-identical system prompt, then the
   latest (the closest in time). A call that
   shares no message with any recent call starts a conversation — which is how two conversations with
-  the same system prompt stay apart.
+  the same system prompt stay apart — and so does one that shares a single message under another
+  system prompt (an agent's side request: a title, a classification quoting the user's message).
 
 Messages are compared as a chat template renders them (`key`): role, text (a string or text parts
 alike), reasoning, tool calls' names and arguments; ids, `status` and `type` fields are not rendered
@@ -136,7 +137,10 @@ def parents(calls: Sequence) -> list[int | None]:
             shared = sum(k in ps.shared_keys for k in mine) + len(my_ids & ps.ids)
             if not extends and not shared:
                 continue
-            score = (shared, extends, lead, near(me.system or "", ps.system or ""), j)
+            close = (me.system is None and ps.system is None) or near(me.system or "", ps.system or "")
+            if not extends and not close and shared < 2:
+                continue  # a side request (a title, a summary) quoting one message under its own system prompt
+            score = (shared, extends, lead, close, j)
             if best_score is None or score > best_score:
                 best, best_score = j, score
         out.append(best)

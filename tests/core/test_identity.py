@@ -69,3 +69,11 @@ def test_a_client_session_id_wins_over_content():
 def test_near_system_prompts():
     assert near("Time 10:00\n" + SYS, "Time 10:01\n" + SYS)
     assert not near("You review pull requests.", "You answer build questions.")
+
+
+def test_a_side_request_quoting_one_message_starts_its_own_conversation():
+    first = u("fix the failing test in tests/test_cli.py")
+    calls = [Call(0, [sys_(), first], None, a("on it")),
+             Call(1, [sys_("Write a 5-word title for this conversation."), first], None, a("Fix failing CLI test")),
+             Call(2, [sys_(), first, a("on it"), u("go on")], None, a("done"))]
+    assert parents(calls) == [None, None, 0]
