@@ -53,10 +53,10 @@ class SimRunner:
 
     def __init__(self, trace, flags: list[str], *, speed, profile=None, vocab=None):
         self.trace, self.flags, self.speed, self.profile, self.vocab = trace, list(flags), speed, profile, vocab
-        # a session log's calls in the order made (a trace without calls: its requests)
-        self.by_call = {q.call.request: i for i, q in enumerate(trace.requests) if getattr(q, "call", None) is not None}
-        if not self.by_call:
-            self.by_call = {i: i for i in range(len(trace.requests))}
+        # the chat calls in the order made (by their request numbers, which a proxy's trace leaves
+        # sparse where other requests sat between them); a trace without calls: its requests
+        made = sorted((q.call.request, j) for j, q in enumerate(trace.requests) if getattr(q, "call", None) is not None)
+        self.by_call = {c: j for c, (_, j) in enumerate(made)} or {i: i for i in range(len(trace.requests))}
         self.n_calls = len(self.by_call)
         self.seconds = 0.0
         self.n_runs = 0
@@ -72,8 +72,13 @@ class SimRunner:
 
         return Renderer.of(self.vocab if self.vocab is not None else getattr(self.trace, "vocab", None), params)
 
-    def prompts(self) -> list[np.ndarray]:
-        return [np.asarray(self.trace.requests[self.by_call[i]].prompt, dtype=np.int32) for i in range(self.n_calls)]
+    def prompts(self) -> list:
+        """Each call's prompt as token ids (None where the trace keeps it as text: run as recorded)."""
+        out = []
+        for i in range(self.n_calls):
+            p = self.trace.requests[self.by_call[i]].prompt
+            out.append(None if p is None or isinstance(p, str) else np.asarray(p, dtype=np.int32))
+        return out
 
     def run(self, prompts: Sequence | None = None, extra: Sequence[str] = (), explain: bool = False) -> Run:
         from slotlab.sim.simulate import simulate
@@ -83,7 +88,7 @@ class SimRunner:
         if prompts is not None:
             for c, toks in enumerate(prompts):
                 j = self.by_call[c]
-                if toks is not None and not np.array_equal(toks, reqs[j].prompt):
+                if toks is not None and (isinstance(reqs[j].prompt, str) or not np.array_equal(toks, reqs[j].prompt)):
                     reqs[j] = dataclasses.replace(reqs[j], prompt=np.asarray(toks, dtype=np.int32), n_prompt=len(toks))
         tr = dataclasses.replace(self.trace, requests=reqs)
         order: dict[int, int] = {}
