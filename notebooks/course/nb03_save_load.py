@@ -132,9 +132,11 @@ or before the cut can restore a state to continue from.
 
 On the stock server, `--swa-full` (a full-size cache for the SWA layers, which can then be cut back)
 is what makes a restored file reusable, at the cost of the window's memory saving. slotlab's own
-explanation of each follow-up (the `slotlab:` lines: a live engine, nothing replayed) offers that flag
-marked *untested*; it does not offer `--checkpoint-min-step`, which only spaces the checkpoints taken at
-user messages (there are none without message delimiters)."""),
+explanation of each follow-up (the `slotlab:` lines: a live engine, nothing replayed) names the cause
+but offers no flag: nothing ran the traffic with one, and only a run says what a flag saves (`slotlab
+simulate REC --why` on a recording does; the line says so). It counts `--swa-full` among the changes
+that act on it (`Miss.untested`, data), not `--checkpoint-min-step`, which only spaces the checkpoints
+taken at user messages (there are none without message delimiters)."""),
     code("""cache_n, prompt_n, bodies, lines, misses = {}, {}, {}, {}, {}
 for label, extra, fn in (("stock", "", "stock.bin"), ("appendix", " --slot-appendices", "appendix.bin")):
     # explanations are a view: attached, each miss's cause rides the event stream as request_miss
@@ -163,7 +165,7 @@ assert lines["appendix"] == ["checking checkpoint with [0, 190] against 0...",
                              "restored context checkpoint (pos_min = 0, pos_max = 190, n_tokens = 191, "
                              "n_past = 190, size = 2.800 MiB)"]
 assert "195 of 195 reusable tokens lost" in misses["stock"][0] and "cut back to 195 (pos_min 0 >= 0)" in misses["stock"][0]
-assert misses["stock"][0].endswith("untested: try --swa-full")   # live: no replay, so marked untested
+assert misses["stock"][0].endswith(explain.NOT_TESTED)   # live: nothing replayed, so no flag is advice
 assert "5 of 195 reusable tokens lost" in misses["appendix"][0] and "ends at 190" in misses["appendix"][0]
 assert "checkpoint-min-step" not in misses["appendix"][0]   # no message delimiters here: -cms cannot act"""),
     md("""Both bodies are the same size; the second file carries the checkpoint after it. The two files as the

@@ -112,7 +112,7 @@ new prompt keeps most of that slot, so the server keeps the slot as it is — no
 no look-up (spec 1.2 step 6, 1.4) — finds no checkpoint at the divergence and re-processes everything.
 The user whose conversation the slot held is not saved anywhere: when they return, nothing holds their
 prefix (the grey cells). Ben's first turn, read from the events:"""),
-    code("""from slotlab.explain import Explainer
+    code("""from slotlab.explain import NOT_TESTED, Explainer
 d = engines["defaults (-np auto, unified)"]
 x = Explainer().fold(d.events.replayable())
 lcp = next(e for e in d.events.log if e.kind == "slot_selected_by_lcp" and e.task == 1)
@@ -130,20 +130,22 @@ assert x.why(1) == ("slot 3 chosen by LCP similarity (f_sim 0.98 > 0.10); slot k
 assert lcp.message == "selected slot by LCP similarity, f_sim_best = 0.976 (> 0.100 thold), f_keep = 0.967"
 assert check.message == "checking checkpoint with [0, 323] against 0..."
 assert x.miss(1).line().endswith("the memory could not be cut back to 320 (pos_min 0 >= 0) and no checkpoint was at "
-                                 "or before it; checkpoints at n_tokens [324] — untested: try --swa-full; keep the prompt's first 320 "
+                                 "or before it; checkpoints at n_tokens [324] — " + NOT_TESTED + "; keep the prompt's first 320 "
                                  "tokens stable: it changes right there")
 assert x.miss(1).lost == 320 and x.miss(1).prompt_text == " 24.\\nUser Ben: question 0 about"  # after Rule 24
 m = x.miss(4)
 assert (m.cause, m.lost, m.possible) == ("dropped", 328, 328)
 assert ("slot content slot 3 with 331 tokens was overwritten by task 1, which kept the slot (f_sim 0.98 > -sps, "
-        "f_keep 0.97 >= 0.50) without saving it to the RAM cache — untested: try -sps 0.99, or -np 5") in m.line()"""),
+        "f_keep 0.97 >= 0.50) without saving it to the RAM cache — " + NOT_TESTED) in m.line()
+assert m.untested == ["-sps 0.99", "-np 5"]   # what acts on it, as data: never printed as advice"""),
     md("""Ben's prompt shares 320 of its 328 tokens with Ana's 331 (`f_sim` 0.976, `f_keep` 0.967 ≥ 0.50): the slot is
 kept. Its only checkpoint, [0, 323], ends after the divergence at 320 (a usable one needs `pos_max` ≤
 `pos_next`, spec 3.5), so the server prints `forcing full prompt re-processing` and erases it; Ana's 331
 tokens are then overwritten without ever being saved. When Ana returns
-(task 4), all 328 tokens she could have reused are gone. The why lines mark their flags *untested*: read
-from events alone, they name only the flags whose precondition the events show, and `slotlab replay
---why` replays each and keeps only those that reuse more. `-sps 0.99` would send Ben to the
+(task 4), all 328 tokens she could have reused are gone. Read from events alone, the why lines offer
+no flag: they keep the changes whose precondition the events show as data (`Miss.untested`), and
+`slotlab replay --why` (or `simulate --why` on a session log) runs each and keeps only those that
+reuse more. `-sps 0.99` would send Ben to the
 least-recently-used slot, but LRU saves the slot it picks (here an empty one), not Ana's: where Ana's
 conversation is saved in the settings below, the idle-slot loop saved it.
 

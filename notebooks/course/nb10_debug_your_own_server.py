@@ -41,13 +41,16 @@ the slot's oldest kept position `pos_min` is at or past `max(0, pos_next − n_s
 be cut back to `pos_next` at all; the server then looks for a checkpoint at or before the cut, and
 without one it starts again from token 0.
 
-A log cannot be replayed, so the explanation offers a flag only where what the log shows meets the
-flag's precondition (`--swa-full` for an SWA model, `-cms` only with checkpoints at user messages,
-`--cache-ram` only where an entry was evicted for room) and marks it **untested**; `slotlab replay
-trace.json --why` on the recorded traffic tries every candidate and keeps only those that reuse more."""),
+A log cannot be replayed, so the explanation offers no flag as advice: it keeps, as data
+(`Miss.untested`), the changes whose precondition the log shows (`--swa-full` for an SWA model, `-cms`
+only with checkpoints at user messages, `--cache-ram` only where an entry was evicted for room), and
+its line says how to test them: record the traffic (`slotlab proxy --record session.jsonl`) and
+`slotlab simulate session.jsonl --why` runs the whole session with every candidate and prints only
+those that saved tokens, with the amount."""),
     code("""from pathlib import Path
 import collections
 from slotlab.watch.report import read, misses
+from slotlab.explain import NOT_TESTED
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "tests" / "golden").exists())
 LOGS = ROOT / "tests" / "golden" / "traces"
@@ -71,7 +74,7 @@ print("\\n".join(server))
 print("why:", m.line())
 assert server[0] == "- checking sim = 0.602 (127/211) > 0.900"
 assert m.cause == "threshold" and (m.possible, m.lost) == (127, 127) and m.untested[0] == "-sps 0.59"
-assert "untested: try -sps 0.59" in m.line()
+assert "try -sps" not in m.line() and NOT_TESTED in m.line()   # a log tests nothing: no flag is advice
 assert "f_sim 0.60, not above -sps 0.90" in m.detail"""),
     md("""## 2. `floor` and `two_axis`: the RAM cache held it, the search passed it by
 The search keeps an entry only if its `f_keep` (share of the entry reused) is at least 0.25 and it
@@ -160,17 +163,17 @@ assert total.most_common(1)[0][0] == "no_checkpoint\""""),
 1. Run it with `-lv 4 --log-file server.log` (`-lv 3` hides the similarity, cache and checkpoint
    lines; the reader then says what it cannot see).
 2. `slotlab watch --log server.log --why`: per request the slot, cached and prefilled tokens, then each
-   miss with its cause — a flag to try only where the log shows its precondition, marked untested —
-   and the tokens lost by cause. `--json` gives the same as data.
+   miss with its cause (no flag: a log has no prompts to test one on) and the tokens lost by cause. `--json` gives the same as data.
 3. Live: `slotlab watch -- llama-server ARGS... -lv 4` starts the server and prints each decision as it
    happens; `--twin` runs slotlab beside it and reports the first decision that differs.
-4. To try a flag on your traffic, record it (`slotlab proxy --upstream URL --record trace.json`) and
-   replay it: `slotlab replay trace.json --why` tries every flag that acts on each miss and suggests
-   only those that reused more, with the figure; `slotlab simulate` and
+4. To try a flag on your traffic, record it (`slotlab proxy --upstream URL --record session.jsonl
+   --flags "..."`) and run `slotlab simulate session.jsonl --why`: every flag that acts on a miss and
+   every client fix is run over the whole session, and only those that saved tokens are printed, with
+   the amount (`slotlab replay trace.json --why` does the same per miss on a trace); `slotlab simulate` and
    `slotlab whatif` (notebook 08) answer the same question at production scale without a model.
 
 ## Try this
-1. Read `defaults_single_slot_checkpoints`: which flag does the explanation offer untested, and what
+1. Read `defaults_single_slot_checkpoints`: which flags act on its miss (`Miss.untested`), and what
    does `slotlab replay tests/golden/traces/defaults_single_slot_checkpoints.json --why --memory paper`
    find when it tries them?
 2. Strip the TRC / DBG lines from a log (what `-lv 3` prints) and read it again: which causes remain?
