@@ -28,7 +28,7 @@ endif
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_PIN)-$(FLAVOUR)
 PROJECT_STAMP := $(VENV)/.slotlab-installed
 
-.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server llama-server-b11434 tiny-models clean
+.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server llama-server-b11434 llama-server-b11549 tiny-models clean
 
 install: $(PROJECT_STAMP)
 
@@ -76,6 +76,11 @@ llama-server:
 # -> build/llama-server-b11434/cmake/bin/llama-server (tests/golden/traces_b11434/ were recorded on it)
 llama-server-b11434:
 	$(BIN)/python -m bench.build_llama_server --tree b11434
+
+# the newest tree reachable here (b11549, PyPI's xllamacpp 2026.10.11549 sdist, thirdparty/llama.cpp): it keeps
+# context checkpoints in slot files -> build/llama-server-b11549/cmake/bin/llama-server
+llama-server-b11549:
+	$(BIN)/python -m bench.build_llama_server --tree b11549
 
 # the tiny hybrid (qwen35) and recurrent (mamba2) test models in tests/models/ (committed; this rebuilds
 # them with llama.cpp's test-llama-archs, built in build/llama-tests, fixed seed)

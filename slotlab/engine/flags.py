@@ -355,6 +355,19 @@ _flag("draft_min", "--draft-min --draft-n-min --spec-draft-n-min", _int)
 _flag("spec_type", "--spec-type", str)
 _flag("verbosity", "-lv --verbosity --log-verbosity", _int)
 _switch("slot_appendices", "--slot-appendices", "--no-slot-appendices")  # slotlab only (opt-in extension)
+
+
+def _server_build(s: str) -> int:
+    """--server-build B: one of the builds slotlab knows the rules of (the pin and the newer trees)."""
+    b = _int(s.lstrip("b"))
+    if b not in SERVER_BUILDS:
+        raise V.BadValue(f"--server-build {s}: slotlab knows the rules of builds {', '.join(map(str, SERVER_BUILDS))}")
+    return b
+
+
+#: the llama-server builds whose rules slotlab follows (--server-build): the pin and the newer trees
+SERVER_BUILDS = (11312, 11434, 11549)
+_flag("server_build", "--server-build", _server_build)  # slotlab only
 FLAGS["-v"] = FLAGS["--verbose"] = FLAGS["--log-verbose"] = ("verbosity", 2**31 - 1)  # arg.cpp: INT_MAX (every line, DBG too)
 def _host(value: str) -> str:
     """arg.cpp --host: comma-separated addresses (parse_csv_row, each stripped, empties dropped); at least

@@ -61,6 +61,9 @@ class ServerParams:
     # state (SDFT) to slot files and reads them back on restore. Off (the default, --no-slot-appendices),
     # slot files are written and read exactly as llama-server does: no checkpoints travel with them.
     slot_appendices: bool = False
+    # slotlab only: the llama-server build whose rules to follow where builds differ (11312, the pin, by
+    # default). 11549 keeps context checkpoints in slot files (its SCKP appendix, always on: slot_file.py).
+    server_build: int = 11312
     # the HTTP front (`slotlab serve`)
     host: str = "127.0.0.1"  # --host
     port: int = 8080  # --port

@@ -5,7 +5,8 @@ the three actions on a slot through the memory.
 action known, is the file name acceptable); the engine and `slotlab serve` both call it, so an HTTP
 client and a notebook get the same status and text. The actions themselves write and read the
 server's file body (slot_file.py) and, when `--slot-appendices` is on, slotlab's checkpoint and
-draft appendices (a slotlab extension; the stock server writes none)."""
+draft appendices (a slotlab extension; the pinned server writes none). With `--server-build 11549` the
+checkpoints travel as that build's own appendix does (always; its reading rules and log lines)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,16 @@ class SlotActions:
     """Save / restore / erase one slot; `prompt_clear` is the cache glue's (a failed restore and an
     erase leave the slot empty, as the server's)."""
 
-    def __init__(self, memory: Memory, emit: Emitter, slot_save_path, appendices: bool, prompt_clear):
+    def __init__(self, memory: Memory, emit: Emitter, slot_save_path, appendices: bool, prompt_clear, *,
+                 server_build: int = 11312, n_ctx_checkpoints: int = 32):
         self.memory, self.emit = memory, emit
         self.dir = None if slot_save_path is None else Path(slot_save_path)
         self.appendices = appendices
         self.prompt_clear = prompt_clear
+        # b11549 keeps the checkpoints in slot files itself (slot_file.read_checkpoints_b11549): always, with
+        # its own reading rules and log lines, the appendix counted in the answer's n_written / n_read
+        self.b11549 = server_build >= 11549
+        self.n_ctx_checkpoints = n_ctx_checkpoints
 
     def run(self, slot, task) -> None:
         {"save": self.save, "restore": self.restore, "erase": self.erase}[task.type.value.removeprefix("slot_")](slot, task)
@@ -55,15 +61,21 @@ class SlotActions:
         if n == 0:
             task.finish(error=TaskError(500, "Unable to save slot", "server_error"))
             return
-        n_app = 0
-        if self.appendices:
+        n_app, msg = 0, ""
+        if self.b11549:
+            n_app = slot_file.write_appendices(path, slot.checkpoints)  # SCKP only: the draft state stays behind
+            if n_app:
+                msg = (f"appended {len(slot.checkpoints)} context checkpoint(s) ({n_app / 1024 / 1024:.3f} MiB) "
+                       f"to '{path}'")
+        elif self.appendices:
             has_dft = self.memory.info.has_draft and len(slot.tokens)
             draft_state = self.memory.state_get(slot.id, draft=True) if has_dft else b""
             n_app = slot_file.write_appendices(path, slot.checkpoints, draft_state)
         self.emit(T.SlotSaved(filename=task.filename, n_tokens=len(slot.tokens), n_bytes=n, n_bytes_appendix=n_app,
-                              n_checkpoints=len(slot.checkpoints) if n_app else 0), "", slot=slot, task=task.id)
+                              n_checkpoints=len(slot.checkpoints) if n_app else 0), msg, slot=slot, task=task.id)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_saved": len(slot.tokens),
-                            "n_written": n, "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
+                            "n_written": n + n_app if self.b11549 else n,
+                            "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
 
     def restore(self, slot, task) -> None:
         t0 = time.perf_counter()
@@ -83,8 +95,18 @@ class SlotActions:
         slot.tokens.assign(tokens)
         slot.checkpoints = []
         slot.origin = f"file {task.filename}"
-        n_app = 0
-        if self.appendices:
+        n_app, msg = 0, ""
+        if self.b11549:
+            app = slot_file.read_checkpoints_b11549(path, nread, self.n_ctx_checkpoints, str(path))
+            for note in app.notes:
+                self.emit(T.SlotAppendixSkipped(), note, level="WRN", slot=slot, task=task.id)
+            slot.checkpoints = app.checkpoints
+            n_app = app.n_bytes
+            if self.memory.info.has_draft:
+                self._restore_draft(slot, task, app)
+            if n_app:
+                msg = f"restored {len(slot.checkpoints)} context checkpoint(s) from '{path}'"
+        elif self.appendices:
             app = slot_file.read_appendices(path, nread)
             for note in app.notes:
                 self.emit(T.SlotAppendixSkipped(), note, level="WRN", slot=slot, task=task.id)
@@ -93,9 +115,10 @@ class SlotActions:
             if self.memory.info.has_draft:
                 self._restore_draft(slot, task, app)
         self.emit(T.SlotRestored(filename=task.filename, n_tokens=len(tokens), n_bytes=nread, n_bytes_appendix=n_app,
-                                 n_checkpoints=len(slot.checkpoints)), "", slot=slot, task=task.id)
+                                 n_checkpoints=len(slot.checkpoints)), msg, slot=slot, task=task.id)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_restored": len(tokens),
-                            "n_read": nread, "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
+                            "n_read": nread + n_app if self.b11549 else nread,
+                            "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
 
     def _restore_draft(self, slot, task, app) -> None:
         """SDFT extension: test-load the last checkpoint's draft data (PARTIAL_ONLY) and drop all

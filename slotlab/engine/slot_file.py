@@ -216,3 +216,75 @@ def read_appendices(path, offset: int) -> Appendices:
         res.draft_state, res.spec_state = bufs
         res.n_bytes = pos - offset
     return res
+
+
+# --- llama-server b11549's checkpoint appendix (save_slot_checkpoints / load_slot_checkpoints) ----------
+#
+# From b11549 the server itself appends the slot's context checkpoints to a slot file, in the SCKP layout
+# above (no draft block: the draft context's state does not travel), always, and reads them back on
+# restore (server-context.cpp:2586-2712 of that tree). Its reading rules differ from slotlab's own:
+# a wrong magic is silently no appendix; a wrong version, a truncated checkpoint or an empty target
+# state makes the whole appendix "invalid" / "truncated ... - ignored"; a length is checked against
+# what is left after the state; at most --ctx-checkpoints are kept (the last ones).
+
+def read_checkpoints_b11549(path, offset: int, n_ctx_checkpoints: int, filename: str = "") -> Appendices:
+    """The checkpoints b11549's `load_slot_checkpoints` restores from the file at `path` after the state
+    ending at `offset`; `notes` holds its warning (the server's words), `n_bytes` what it consumed (0: no
+    usable appendix)."""
+    from slotlab.engine.prompt_cache import Checkpoint
+
+    res = Appendices()
+    name = filename or str(path)
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        if size < offset:
+            return res
+        f.seek(offset)
+        avail = size - offset
+        got = [0]
+
+        def read(n: int) -> bytes | None:
+            b = f.read(n)
+            if len(b) < n:
+                return None
+            got[0] += n
+            return b
+
+        def read_buf() -> bytes | None:
+            ln = read(8)
+            if ln is None:
+                return None
+            n = struct.unpack("<Q", ln)[0]
+            if n > avail - got[0]:
+                return None
+            return b"" if n == 0 else read(n)
+
+        m = read(4)
+        if m is None or struct.unpack("<I", m)[0] != SCKP_MAGIC:
+            return res
+        vc = read(8)
+        if vc is None or struct.unpack("<II", vc)[0] != APPENDIX_VERSION:
+            res.notes.append(f"invalid context checkpoint appendix in '{name}' - ignored")
+            return res
+        count = struct.unpack("<II", vc)[1]
+        ckpts: list = []
+        for _ in range(count):
+            fixed = read(16)
+            bufs: list = []
+            while fixed is not None and len(bufs) < 3 and (not bufs or bufs[-1] is not None):
+                bufs.append(read_buf())  # data_tgt, data_dft, data_spec: stops at the first that fails
+            if fixed is None or len(bufs) < 3 or bufs[-1] is None:
+                res.notes.append(f"truncated context checkpoint appendix in '{name}' - ignored")
+                return res
+            if not bufs[0]:
+                res.notes.append(f"invalid context checkpoint appendix in '{name}' - ignored")
+                return res
+            n_tokens, pos_min, pos_max = struct.unpack("<qii", fixed)
+            ckpts.append(Checkpoint(n_tokens=n_tokens, pos_min=pos_min, pos_max=pos_max, id_task=-1,
+                                    data_tgt=bufs[0], data_dft=bufs[1], data_spec=bufs[2]))
+            if len(ckpts) > n_ctx_checkpoints:
+                ckpts.pop(0)
+        res.checkpoints = ckpts
+        res.n_bytes = got[0]
+    return res

@@ -184,3 +184,72 @@ def test_restore_without_free_cells_in_a_unified_pool_fails_cleanly(model, tmp_p
     assert len(e.slots[0].tokens) == 0 and e.ctx.seq_pos_max(0) == -1
     assert (len(e.slots[1].tokens), e.ctx.seq_pos_max(1)) == other
     e.close()
+
+
+# --- b11549's own checkpoint appendix (--server-build 11549) ----------------------------------------
+
+def test_server_build_11549_keeps_checkpoints_in_its_slot_files(model, tmp_path):
+    """Default flags (SWA): under --server-build 11549 a save appends the slot's checkpoints (SCKP, no
+    draft block; the answer's n_written counts them), a restore reads them back with that build's
+    rules (id_task -1, at most --ctx-checkpoints, the last ones), so save -> erase -> restore -> continue
+    reuses the prefix where the pin re-processes everything."""
+    prompt = doc("lighthouses", 3)
+    got = {}
+    for build in ("11312", "11549"):
+        e = _engine(model, tmp_path, "--server-build", build)
+        _run(e, e.submit(prompt, n_predict=3, id_slot=0))
+        n_ck = len(e.slots[0].checkpoints)
+        s = _run(e, e.slot_action("save", 0, f"{build}.bin"))
+        size = (tmp_path / f"{build}.bin").stat().st_size
+        assert s.result["n_written"] == size  # b11549: body + appendix; the pin: the body, no appendix
+        _run(e, e.slot_action("erase", 0))
+        r = _run(e, e.slot_action("restore", 0, f"{build}.bin"))
+        assert r.result["n_read"] == size
+        assert len(e.slots[0].checkpoints) == (n_ck if build == "11549" else 0)
+        assert all(c.id_task == -1 for c in e.slots[0].checkpoints)
+        msgs = [x.message for x in e.events.log if x.kind in ("slot_saved", "slot_restored")]
+        t = _run(e, e.submit(prompt + " Which coast?", n_predict=3, id_slot=0))
+        got[build] = (n_ck, t.result["timings"]["cache_n"], msgs)
+        e.close()
+    assert got["11312"][1] == 0 and got["11549"][1] > 50 and got["11549"][0] >= 1
+    assert any(m.startswith(f"appended {got['11549'][0]} context checkpoint(s)") for m in got["11549"][2])
+    assert any(m.startswith(f"restored {got['11549'][0]} context checkpoint(s) from") for m in got["11549"][2])
+    # a smaller --ctx-checkpoints keeps the last ones only
+    e = _engine(model, tmp_path, "--server-build", "11549", "--ctx-checkpoints", "1")
+    _run(e, e.slot_action("restore", 0, "11549.bin"))
+    assert len(e.slots[0].checkpoints) == min(1, got["11549"][0])
+    e.close()
+
+
+def test_b11549_appendix_reading_rules(tmp_path):
+    """slot_file.read_checkpoints_b11549 as load_slot_checkpoints reads: a foreign magic is silently no
+    appendix, a wrong version or an empty target state 'invalid', a short one 'truncated', each ignoring
+    every checkpoint; lengths are checked against the bytes after the state."""
+    from slotlab.engine.prompt_cache import Checkpoint
+
+    body = b"B" * 40
+    ck = [Checkpoint(n_tokens=10 * i + 10, pos_min=0, pos_max=10 * i + 9, id_task=3, data_tgt=b"t" * 8,
+                     data_dft=b"", data_spec=b"") for i in range(3)]
+    p = tmp_path / "f.bin"
+    p.write_bytes(body)
+    n = slot_file.write_appendices(p, ck)
+    a = slot_file.read_checkpoints_b11549(p, len(body), 32)
+    assert [c.n_tokens for c in a.checkpoints] == [10, 20, 30] and a.n_bytes == n and not a.notes
+    assert [c.n_tokens for c in slot_file.read_checkpoints_b11549(p, len(body), 2).checkpoints] == [20, 30]
+    raw = p.read_bytes()
+    cases = {
+        "foreign": (body + b"XXXX" + raw[len(body) + 4:], None),
+        "version": (body + raw[len(body):len(body) + 4] + struct.pack("<I", 2) + raw[len(body) + 8:], "invalid"),
+        "truncated": (raw[:-5], "truncated"),
+        "huge length": (raw[:len(body) + 28] + struct.pack("<Q", 1 << 40) + raw[len(body) + 36:], "truncated"),
+    }
+    for what, (data, note) in cases.items():
+        p.write_bytes(data)
+        a = slot_file.read_checkpoints_b11549(p, len(body), 32, "f.bin")
+        assert a.checkpoints == [] and a.n_bytes == 0, what
+        assert a.notes == ([] if note is None else [f"{note} context checkpoint appendix in 'f.bin' - ignored"]), what
+    p.write_bytes(body)
+    slot_file.write_appendices(p, [Checkpoint(n_tokens=5, pos_min=0, pos_max=4, id_task=1, data_tgt=b"",
+                                              data_dft=b"", data_spec=b"")])
+    assert slot_file.read_checkpoints_b11549(p, len(body), 32, "f.bin").notes == [
+        "invalid context checkpoint appendix in 'f.bin' - ignored"]
