@@ -86,10 +86,13 @@ def test_agent_traffic_is_recorded_and_read_back(proxied, tmp_path):
     assert [r.get("session_id") for r in reqs] == ["openai-chat"] * 3 + [None, None] + ["claude-1"] * 2
     log = tmp_path / "calls.jsonl"
     px.recorder.write(log)
-    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    head, *lines = [json.loads(x) for x in log.read_text().splitlines()]
+    # the header: the server's flags (-np and -c from /props: the proxy was given none) and build
+    assert head["slotlab_session_log"] == 1 and head["flags"] == ["-np", "1", "-c", "8192"]
+    assert head["server"]["build"].startswith("b11312")
     assert len(lines) == 7 and len({x["session_id"] for x in lines}) == 3  # the tool round trip joined up
-    out = subprocess.run([sys.executable, "-m", "slotlab.cli", "simulate", str(log), "--why", "--json", "-np", "1",
-                          "-c", "8192"], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "slotlab.cli", "simulate", str(log), "--why", "--json"],
+                         capture_output=True, text=True, timeout=600)  # the flags: the log's header
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert len(doc["results"]) == 7
