@@ -2,7 +2,7 @@
 
     python -m tests.golden.record_traces [NAME ...]     # every trace of traces/ without NAME
     python -m tests.golden.record_traces --tiny         # every trace of traces_tiny/
-    python -m tests.golden.record_traces --build b11434 [--tiny] [NAME ...]
+    python -m tests.golden.record_traces --build b11434 [--tiny] [NAME ...]   (or --build b11549)
         # the same traces on another build's server (`make llama-server-b11434`), into traces_b11434/
     python -m tests.golden.record_traces --server PATH --out DIR [NAME ...]   # any binary, any folder
 
