@@ -105,6 +105,9 @@ NEWER: tuple[tuple[int, str], ...] = (
             "interchangeable with slotlab's (version 3)"),
     (11434, "JSON type and parse errors of a request, an empty prompt and a bad prompt element answer 400 "
             "(the pin: 500)"),
+    (11549, "its slot files carry the slot's context checkpoints (appended on save, restored with the state: "
+            "docs/server-behaviour.md 5.4a), so a request after a restore reuses the prefix up to them; "
+            "run slotlab with --server-build 11549 to follow it"),
 )
 
 

@@ -30,6 +30,7 @@ PIN_DIRS = (GOLDEN / "traces", GOLDEN / "traces_tiny")
 B11434 = GOLDEN / "traces_b11434"
 PIN_LOGS = sorted(p for d in PIN_DIRS for p in d.glob("*.llama-server.log"))
 B11434_LOGS = sorted(B11434.glob("*.llama-server.log"))
+B11549_LOGS = sorted((GOLDEN / "traces_b11549").glob("*.llama-server.log"))
 
 #: one build on each side of every change, and the ends of the range
 BUILDS = sorted({B.OLDEST, B.MODELLED, B.NEWEST} | {c.since - 1 for c in B.TEXTS} | {a.since - 1 for a in B.ADDED})
@@ -218,6 +219,25 @@ def test_b11434_log_gives_that_servers_answers(log):
     warns = [e for e in events if e.kind == LOG and e.message.startswith("slotlab watch: this log is from b11434")]
     assert len(warns) == 1 and "LLAMA_STATE_SEQ_VERSION" in warns[0].message
     assert {T.INIT, T.TASK_DONE} <= {e.kind for e in events}
+
+
+# ---------------------------------------------------------------- the real b11549 server
+
+
+@pytest.mark.parametrize("log", B11549_LOGS, ids=lambda p: p.name.split(".")[0])
+def test_b11549_log_gives_that_servers_answers(log):
+    """The b11549 recordings (tests/golden/traces_b11549/): every request's answer from its log, the build
+    named, and its slot-file checkpoints said once, with the flag that follows them."""
+    rd = LogReader()
+    events = rd.read_file(log)
+    got = [strip(r) for r in requests_json(events)]
+    want = expected(log)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert agrees(g, w), f"{log.name}: result {i} differs: {g} != {w}"
+    assert rd.problems == [] and (rd.build.build, rd.build.source) == (11549, "start-up line")
+    warns = [e.message for e in events if e.kind == LOG and e.message.startswith("slotlab watch: this log is from b11549")]
+    assert len(warns) == 1 and "--server-build 11549" in warns[0] and "LLAMA_STATE_SEQ_VERSION" in warns[0]
 
 
 # ---------------------------------------------------------------- what is compared
