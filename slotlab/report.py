@@ -63,7 +63,8 @@ def load(path, *, flags: list[str] | None = None, model=None) -> Loaded:
         reqs = sorted(st.requests, key=lambda q: q.call.request)  # the order the calls were made in
         requests, calls, outputs = [], [], []
         for i, q in enumerate(reqs):
-            r = {"prompt": np.asarray(q.prompt, dtype=np.int32).tolist(), "n_predict": int(q.n_predict)}
+            r = {"prompt": np.asarray(q.prompt, dtype=np.int32).tolist(), "n_predict": int(q.n_predict),
+                 "endpoint": "/v1/chat/completions"}  # a chat call: its delimiters are the template's
             r.update({k: v for k, v in q.fields.items() if k in ("id_slot", "cache_prompt", "n_cache_reuse",
                                                                    "message_delimiters")})
             requests.append(r)

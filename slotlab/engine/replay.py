@@ -25,6 +25,8 @@ _REQ_FIELDS = {"prompt": str, "n_predict": int, "id_slot": int, "cache_prompt": 
                # each with its conversation's previous one; replay runs the rendered `prompt`
                "messages": list, "tools": list, "reply": (dict, str), "session_id": (str, int), "endpoint": str}
 _ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
+#: the endpoints whose message delimiters come from the chat template (every build reads them)
+CHAT_ENDPOINTS = ("/chat/completions", "/v1/messages", "/responses")
 
 
 
@@ -154,14 +156,18 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
             engine = Engine(flags, model=model, observers=observers)
     tasks: list[tuple[dict, Any]] = []
     n = len(trace.requests)
+    # b11549 takes message spans only from a chat session (server-task.h apply_chat_session): the
+    # `message_delimiters` field of a /completion body is no longer read there
+    spans_from_body = getattr(engine.params, "server_build", 11312) < 11549
     for i, r in enumerate(trace.requests):
         if "action" in r:
             t = engine.slot_action(r["action"], r["id_slot"], r.get("filename"))
         else:
+            chat = str(r.get("endpoint") or "").endswith(CHAT_ENDPOINTS)
             t = engine.submit(r["prompt"], n_predict=r.get("n_predict", -1), id_slot=r.get("id_slot", -1),
                               cache_prompt=r.get("cache_prompt"), n_cache_reuse=r.get("n_cache_reuse"),
                               temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF), ignore_eos=True,
-                              message_delimiters=r.get("message_delimiters"))
+                              message_delimiters=r.get("message_delimiters") if spans_from_body or chat else None)
         if on_submit is not None:
             on_submit(i, None if "action" in r else t)
         tasks.append((r, t))

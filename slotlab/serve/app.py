@@ -146,7 +146,9 @@ class Api:
             tokens, n_predict=v["n_predict"], id_slot=v["id_slot"],
             cache_prompt=body.get("cache_prompt"), n_cache_reuse=body.get("n_cache_reuse"),
             temperature=v["temperature"], seed=v["seed"], ignore_eos=v["ignore_eos"],
-            message_delimiters=body.get("message_delimiters"), stop=v["stop"], on_token=on_token, sampling=sampling)
+            message_delimiters=body.get("message_delimiters") if body.get("_chat") or
+            self.engine.params.server_build < 11549 else None,  # b11549: spans from a chat session only
+            stop=v["stop"], on_token=on_token, sampling=sampling)
         task.values = v  # for generation_settings, return_tokens and response_fields of its answer
         return task
 
@@ -327,6 +329,7 @@ class Api:
             raise (E.InvalidRequest if ex.code == 400 else E.ServerError)(str(ex)) from None
         body = dict(body)
         body["message_delimiters"] = self.chat.delimiters()  # the template's, whatever the body said (server-common.cpp 1410)
+        body["_chat"] = True  # the chat path: its delimiters are the template's (every build reads them)
         # llama_params the chat path sets from the template, whatever the request said (a plain template:
         # content-only, no lazy grammar, no triggers, no preserved tokens)
         body.update({"chat_format": 0, "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": []})

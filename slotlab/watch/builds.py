@@ -108,6 +108,8 @@ NEWER: tuple[tuple[int, str], ...] = (
     (11549, "its slot files carry the slot's context checkpoints (appended on save, restored with the state: "
             "docs/server-behaviour.md 5.4a), so a request after a restore reuses the prefix up to them; "
             "run slotlab with --server-build 11549 to follow it"),
+    (11549, "a /completion body's message_delimiters are no longer read (message spans come from a chat "
+            "session only), so raw completions get no checkpoints at user messages"),
 )
 
 
