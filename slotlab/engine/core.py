@@ -140,9 +140,14 @@ class ServerCore:
     def completion_task(self, prompt, *, n_predict: int | None = None, id_slot: int = -1,
                         cache_prompt: bool | None = None, n_cache_reuse: int | None = None, temperature: float = 0.0,
                         seed: int = 0xFFFFFFFF, ignore_eos: bool = False, message_delimiters: list | None = None,
-                        stop: list | None = None, on_token=None, sampling=None) -> Task:
+                        stop: list | None = None, on_token=None, sampling=None, chat: bool = False) -> Task:
         """A `/completion` request as a task (validated, tokenized); `post` queues it. `sampling`:
-        a slotlab.sampling.SamplingParams for the server's sampler chain (None = the plain one)."""
+        a slotlab.sampling.SamplingParams for the server's sampler chain (None = the plain one). `chat`:
+        the request came through a chat endpoint, its `message_delimiters` the template's — from b11549
+        (`--server-build 11549`) the only ones read: a /completion body's are ignored there
+        (server-task.h apply_chat_session, docs/server-behaviour.md 5.4a)."""
+        if not chat and self.params.server_build >= 11549:
+            message_delimiters = None
         if n_predict is not None and n_predict < -1:
             raise ConfigError(f"n_predict must be >= -1, got {n_predict}")
         if n_cache_reuse is not None and n_cache_reuse < 0:

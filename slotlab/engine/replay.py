@@ -29,6 +29,11 @@ _ACT_FIELDS = {"action": str, "id_slot": int, "filename": str, "wait": bool}
 CHAT_ENDPOINTS = ("/chat/completions", "/v1/messages", "/responses")
 
 
+def is_chat(r: dict) -> bool:
+    """A trace request recorded from a chat endpoint (its `message_delimiters` are the template's)."""
+    return str(r.get("endpoint") or "").endswith(CHAT_ENDPOINTS)
+
+
 
 
 @dataclass
@@ -156,18 +161,14 @@ def replay(trace: Trace, *, model=None, engine=None, progress: Callable[[int, in
             engine = Engine(flags, model=model, observers=observers)
     tasks: list[tuple[dict, Any]] = []
     n = len(trace.requests)
-    # b11549 takes message spans only from a chat session (server-task.h apply_chat_session): the
-    # `message_delimiters` field of a /completion body is no longer read there
-    spans_from_body = getattr(engine.params, "server_build", 11312) < 11549
     for i, r in enumerate(trace.requests):
         if "action" in r:
             t = engine.slot_action(r["action"], r["id_slot"], r.get("filename"))
         else:
-            chat = str(r.get("endpoint") or "").endswith(CHAT_ENDPOINTS)
             t = engine.submit(r["prompt"], n_predict=r.get("n_predict", -1), id_slot=r.get("id_slot", -1),
                               cache_prompt=r.get("cache_prompt"), n_cache_reuse=r.get("n_cache_reuse"),
                               temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF), ignore_eos=True,
-                              message_delimiters=r.get("message_delimiters") if spans_from_body or chat else None)
+                              message_delimiters=r.get("message_delimiters"), chat=is_chat(r))
         if on_submit is not None:
             on_submit(i, None if "action" in r else t)
         tasks.append((r, t))

@@ -146,8 +146,7 @@ class Api:
             tokens, n_predict=v["n_predict"], id_slot=v["id_slot"],
             cache_prompt=body.get("cache_prompt"), n_cache_reuse=body.get("n_cache_reuse"),
             temperature=v["temperature"], seed=v["seed"], ignore_eos=v["ignore_eos"],
-            message_delimiters=body.get("message_delimiters") if body.get("_chat") or
-            self.engine.params.server_build < 11549 else None,  # b11549: spans from a chat session only
+            message_delimiters=body.get("message_delimiters"), chat=bool(body.get("_chat")),
             stop=v["stop"], on_token=on_token, sampling=sampling)
         task.values = v  # for generation_settings, return_tokens and response_fields of its answer
         return task

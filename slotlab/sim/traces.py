@@ -274,10 +274,9 @@ def _reply(call: _Call, nxt: _Call) -> str | None:
 def _reply_text(m: dict) -> str:
     """What the model generated for an assistant message, as text to tokenize (content; else the
     tool calls as the JSON a model writes)."""
-    c = m.get("content")
-    if isinstance(c, list):
-        c = "".join(p.get("text") or "" for p in c)
-    text = (m.get("reasoning_content") or "") + (c or "")
+    from slotlab.identity import text_of
+
+    text = (m.get("reasoning_content") or "") + text_of(m)
     if not text and m.get("tool_calls"):
         text = json.dumps([tc.get("function") for tc in m["tool_calls"]], ensure_ascii=False)
     return text
@@ -353,6 +352,7 @@ def load_sessions(path, *, model=None, limit: int | None = None, time_scale: flo
         fields = dict(c.fields)
         if delims:
             fields["message_delimiters"] = [dict(x) for x in delims]
+            fields["chat"] = True  # a chat call: the template's delimiters (every build reads them)
         call = Call(i, c.messages, c.tools, c.recorded, c.reply, c.session if c.told else None, c.user)
         reqs.append(SimRequest(arrival=t, n_prompt=len(toks), n_predict=n_out, prompt=toks, output=out,
                                fields=fields, session=c.session, call=call))
@@ -441,6 +441,10 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
             continue
         extra = {k: r[k] for k in ("id_slot", "cache_prompt", "n_cache_reuse", "temperature", "seed",
                                    "message_delimiters") if k in r}
+        if "message_delimiters" in r:
+            from slotlab.engine.replay import is_chat
+
+            extra["chat"] = is_chat(r)
         out = np.asarray(r["output"], dtype=np.int32) if r.get("output") is not None else None
         if "prompt" not in r:
             raise TraceError(f"{p}, request {i}, field 'prompt': missing")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from slotlab.engine import event_types as T
+from slotlab.engine.replay import is_chat
 from slotlab.engine.server_log import decisions as _decisions
 from slotlab.errors import SlotlabError
 
@@ -303,7 +304,8 @@ class Twin:
                     t = eng.submit(r["prompt"], n_predict=r.get("n_predict", -1), id_slot=r.get("id_slot", -1),
                                    cache_prompt=r.get("cache_prompt"), n_cache_reuse=r.get("n_cache_reuse"),
                                    temperature=r.get("temperature", 0.0), seed=r.get("seed", 0xFFFFFFFF),
-                                   ignore_eos=True, message_delimiters=r.get("message_delimiters"))
+                                   ignore_eos=True, message_delimiters=r.get("message_delimiters"),
+                                   chat=is_chat(r))
                 self.tasks.append((r, t))
                 if r.get("wait", True):
                     eng.run_until(lambda: t.done)
