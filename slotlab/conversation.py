@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from slotlab.errors import TraceError
-from slotlab.identity import names, parents, same
+from slotlab.identity import names, parents, same, text_of
 
 KINDS = ("system_changed", "tools_changed", "message_edited", "message_inserted", "compacted", "reply_not_echoed",
          "other")
@@ -175,10 +175,7 @@ def _text(m: dict | None) -> str:
     """A message's text as a template sees it: string content, text parts, tool calls as JSON."""
     if not m:
         return ""
-    c = m.get("content")
-    if isinstance(c, list):
-        c = "".join(p.get("text") or "" for p in c if isinstance(p, dict))
-    s = c or ""
+    s = text_of(m)
     if m.get("reasoning_content"):
         s = m["reasoning_content"] + s
     for tc in m.get("tool_calls") or []:

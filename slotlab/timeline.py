@@ -239,6 +239,8 @@ class Conversations:
         over them (slotlab.why.session, as `slotlab report` does): the calls replayed one at a time on
         paper under the engine's flags, each generating what it generated here. Returns the
         SessionWhy (`Panel.show_stable` draws it on the conversations tab)."""
+        import dataclasses
+
         import numpy as np
 
         from slotlab.report import Loaded, analysis
@@ -251,7 +253,7 @@ class Conversations:
         for i, (c, t) in enumerate(done):
             reqs.append({"prompt": self.renderer.tokens(c.messages, c.tools).tolist(),
                          "n_predict": len(t.result.get("tokens") or []) or 1})
-            calls.append(type(c)(i, c.messages, c.tools, c.reply, c.reply_text, c.session, c.user))
+            calls.append(dataclasses.replace(c, request=i))
             outs.append(np.asarray(t.result.get("tokens") or [], dtype=np.int32))
         ld = Loaded(self.engine.params.to_args(), reqs, calls, outs, self.engine.model, "panel")
         sw = analysis(ld, progress=progress)

@@ -96,24 +96,17 @@ class SlotActions:
         slot.checkpoints = []
         slot.origin = f"file {task.filename}"
         n_app, msg = 0, ""
-        if self.b11549:
-            app = slot_file.read_checkpoints_b11549(path, nread, self.n_ctx_checkpoints, str(path))
+        if self.b11549 or self.appendices:  # b11549's own appendix, or slotlab's extension
+            app = (slot_file.read_checkpoints_b11549(path, nread, self.n_ctx_checkpoints, str(path)) if self.b11549
+                   else slot_file.read_appendices(path, nread))
             for note in app.notes:
                 self.emit(T.SlotAppendixSkipped(), note, level="WRN", slot=slot, task=task.id)
             slot.checkpoints = app.checkpoints
             n_app = app.n_bytes
             if self.memory.info.has_draft:
                 self._restore_draft(slot, task, app)
-            if n_app:
+            if self.b11549 and n_app:
                 msg = f"restored {len(slot.checkpoints)} context checkpoint(s) from '{path}'"
-        elif self.appendices:
-            app = slot_file.read_appendices(path, nread)
-            for note in app.notes:
-                self.emit(T.SlotAppendixSkipped(), note, level="WRN", slot=slot, task=task.id)
-            slot.checkpoints = app.checkpoints
-            n_app = app.n_bytes
-            if self.memory.info.has_draft:
-                self._restore_draft(slot, task, app)
         self.emit(T.SlotRestored(filename=task.filename, n_tokens=len(tokens), n_bytes=nread, n_bytes_appendix=n_app,
                                  n_checkpoints=len(slot.checkpoints)), msg, slot=slot, task=task.id)
         task.finish(result={"id_slot": task.action_slot, "filename": task.filename, "n_restored": len(tokens),
