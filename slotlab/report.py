@@ -200,12 +200,6 @@ class ReportRunner:
         core = getattr(out.get("engine"), "core", None)
         return Run(per, misses, failed, sum(p for _, p in per), out, None, getattr(core, "n_ctx_slot", None), lost)
 
-    def runner(self, explain: bool = True):
-        def go(prompts):
-            r = self.run(prompts, explain=explain)
-            return r.per_call, [None if m is None else (m.cause, int(m.lost)) for m in r.misses]
-        return go
-
 
 def analysis(ld: Loaded, progress=None):
     """What a stable client would have reused and the advice that worked (slotlab.why.session), for

@@ -44,6 +44,16 @@ class Run:
     n_ctx_slot: int | None = None  # the slot's context the run had (a stable prompt must fit it)
     lost_by_cause: dict = field(default_factory=dict)  # the explainer's totals (the server's mechanisms)
 
+    def outcome(self) -> tuple[list, list]:
+        """What slotlab.why.stable.price compares: per call (cache_n, prompt_n) and (cause, lost) or None."""
+        return self.per_call, [None if m is None else (m.cause, int(m.lost)) for m in self.misses]
+
+
+def stable_runner(sim) -> Callable:
+    """A slotlab.why.stable runner over a runner object (SimRunner, slotlab.report.ReportRunner): each
+    call's prompt -> the run's outcome, with the explainer."""
+    return lambda prompts: sim.run(prompts, explain=True).outcome()
+
 
 class SimRunner:
     """Runs a session log's trace (slotlab.sim.traces.load_sessions) on paper under `flags`, with each
@@ -127,13 +137,6 @@ class SimRunner:
         core = getattr(res.engine, "core", None)
         return Run(per, misses, failed, res.totals["tokens_prefilled"], res, x, getattr(core, "n_ctx_slot", None),
                    dict(x.lost_by_cause) if x is not None else {})
-
-    def runner(self, explain: bool = True) -> Callable:
-        """A slotlab.why.stable runner (prompts -> (per call, misses))."""
-        def go(prompts):
-            r = self.run(prompts, explain=explain)
-            return r.per_call, [None if m is None else (m.cause, int(m.lost)) for m in r.misses]
-        return go
 
 
 @dataclass
@@ -244,7 +247,7 @@ def try_client(calls, sim, renderer, base: "Run", kinds: Sequence[str], *, n_ctx
     """Each kind of client change undone alone, at every call that made it, the session run again."""
     from slotlab.why.stable import stable_calls
 
-    out = []
+    out, actual = [], sim.prompts()
     for n, k in enumerate(kinds):
         if progress:
             progress(f"testing the client with {k} undone ({n + 1}/{len(kinds)})")
@@ -252,7 +255,6 @@ def try_client(calls, sim, renderer, base: "Run", kinds: Sequence[str], *, n_ctx
         undone = sum(s.undone for s in st)
         if not undone:
             continue
-        actual = sim.prompts()
         r = sim.run([renderer.tokens(s.messages, s.tools) if s.differs else a for s, a in zip(st, actual)])
         out.append(ClientTrial(k, undone, base.processed - r.processed, ADVICE.get(k, "")))
     return out
@@ -285,4 +287,4 @@ def progress_line(who: str) -> Callable[[str], None] | None:
 
 
 __all__ = ["Advice", "ClientTrial", "FlagTrial", "MAX_FLAGS", "Run", "SimRunner", "candidates", "confirm_misses",
-           "test_client", "test_flags"]
+           "stable_runner", "try_client", "try_flags"]

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from slotlab.why.advice import Advice, Run, SimRunner, candidates, confirm_misses, try_client, try_flags
+from slotlab.why.advice import (Advice, Run, SimRunner, candidates, confirm_misses, stable_runner, try_client,
+                                try_flags)
 from slotlab.why.stable import PRICED, Pricing, price
 
 
@@ -79,9 +80,8 @@ def analyse_runs(sim, *, params=None, chat: bool = True, progress: Callable[[str
         n_predict = sim.n_predict()
         if progress:
             progress("the session as a stable client would have sent it")
-        pricing = price(calls, sim.prompts(), sim.runner(explain=True), renderer, n_ctx_slot=base.n_ctx_slot,
-                        n_predict=n_predict, actual_run=(base.per_call, [None if m is None else (m.cause, int(m.lost))
-                                                                         for m in base.misses]))
+        pricing = price(calls, sim.prompts(), stable_runner(sim), renderer, n_ctx_slot=base.n_ctx_slot,
+                        n_predict=n_predict, actual_run=base.outcome())
         cost = {c.request: c for c in pricing.calls}
         for ch in changes:
             cc = cost.get(ch.request)
