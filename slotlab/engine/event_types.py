@@ -103,6 +103,7 @@ CACHE_REUSE_END = "cache_reuse_end"
 # slot files (--slot-save-path)
 SLOT_SAVED = "slot_saved"
 SLOT_RESTORED = "slot_restored"
+SLOT_ACTION_UNLOGGED = "slot_action_unlogged"
 SLOT_APPENDIX_SKIPPED = "slot_appendix_skipped"
 SLOT_DRAFT_DROPPED = "slot_draft_dropped"
 # decode / retry
@@ -990,6 +991,18 @@ class SlotRestored(SlotFileEvent):
     """Bytes of appendices read."""
     n_checkpoints: int
     """Checkpoints the slot holds after the restore."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotActionUnlogged(SlotFileEvent):
+    """A log reader's: the server ran a task that printed nothing but `all slots are idle` (a loop
+    iteration of its own). That is a successful save, a restore that no later line reveals (an empty
+    file, or a slot nobody uses again), or a `GET /slots` / `/metrics` read: the server logs none of
+    them. The kind, slot, file and sizes are not in the log; a recorded HTTP side fills them
+    (`slotlab.watch.http_side.fill`). Event `slot` -1, `task` -1."""
+    KINDS = (SLOT_ACTION_UNLOGGED,)
+    may_be: tuple
+    """What it can be: ("save", "restore", "read"), "read" being a `/slots` or `/metrics` poll."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,9 +11,10 @@ panel's own controls (`Watch.slot_action`). `fill(log_rows, http_rows)` puts the
   in arrival order);
 * between two completions, each action row of the log is matched, in order, to the HTTP side's next
   action of the same kind on the same slot (a failed one: the same kind and status) and replaced by the
-  HTTP answer; HTTP actions the log did not show (saves, restores nothing revealed) are put where the
-  HTTP side saw them; log rows the HTTP side did not see (a client that bypassed the proxy) stay, with
-  their `lacks`.
+  HTTP answer; an "unlogged" row (a bare `all slots are idle` line) to the next successful save or
+  restore no later row of the log names; HTTP actions the log did not show (saves, restores nothing
+  revealed) are put where the HTTP side saw them; log rows the HTTP side did not see (a client that
+  bypassed the proxy, an unlogged row that was a /slots or /metrics read) stay, with their `lacks`.
 
 An HTTP row may carry `_after`: the number of log completions launched before it (the panel's controls
 know it, the proxy does not need it). Rows are the `slotlab replay --json` schema."""
@@ -46,6 +47,8 @@ def _segments(rows: list[dict], after: list[int | None] | None = None) -> tuple[
 
 
 def _same(log: dict, http: dict) -> bool:
+    if log["action"] == "unlogged":  # a bare idle line: any save or restore that succeeded
+        return http.get("action") in ("save", "restore") and http.get("status") == 200
     if log["action"] != http["action"] or log["status"] != http["status"]:
         return False
     if log["status"] != 200:
@@ -57,8 +60,11 @@ def _merge_actions(log: list[dict], http: list[dict]) -> list[dict]:
     out: list[dict] = []
     used = [False] * len(http)
     pos = 0  # HTTP rows before `pos` are placed
-    for r in log:
-        j = next((j for j in range(pos, len(http)) if not used[j] and _same(r, http[j])), None)
+    for i, r in enumerate(log):
+        j = next((j for j in range(pos, len(http)) if not used[j] and _same(r, http[j])
+                  # an unlogged row takes no answer a later row of the log names exactly
+                  and not (r["action"] == "unlogged" and any(x["action"] != "unlogged" and _same(x, http[j])
+                                                              for x in log[i + 1:]))), None)
         if j is None:
             out.append(r)  # the HTTP side did not see it
             continue

@@ -74,10 +74,11 @@ class Watch:
         if log is None and not command and not url:
             raise SlotlabError("a watch needs a log file, a command to start, or a server URL")
         self.events = bus if bus is not None else EventBus(max_log)
-        self.reader = LogReader(self.events)
+        self.url = url.rstrip("/") if url else None
+        # polling /slots and /metrics makes bare `all slots are idle` lines of its own: no unlogged actions
+        self.reader = LogReader(self.events, unlogged=self.url is None)
         self.log_path = Path(log) if log else None
         self.command = list(command) if command else None
-        self.url = url.rstrip("/") if url else None
         self.api_key = api_key
         self.interval = interval
         self.restarts_left = restarts
@@ -246,7 +247,7 @@ class Watch:
             for i in sorted(rd.slots):
                 bus.emit(T.SlotSnapshot(state="idle", n_tokens=0, n_prompt=0, n_past=0, prompt_n=0, n_gen=0,
                                         origin="slot", shifts=[], checkpoints=[]), "", slot=i, task=-1)
-            self.reader = LogReader(bus)
+            self.reader = LogReader(bus, unlogged=self.url is None)
             self.epochs.append(bus.n_events)
             self.n_lives += 1
             self._props_init = False

@@ -78,8 +78,16 @@ class LogReader:
     """Stateful reader of one llama-server log. `bus`: an `EventBus` that also gets every event of a
     kind in `event_types` (with its own numbering; plain `log` lines only once that kind is registered)."""
 
-    def __init__(self, bus=None):
+    def __init__(self, bus=None, *, unlogged: bool = True):
         self.bus = bus
+        # a loop iteration that printed only `all slots are idle` is a task the server logs nothing for
+        # (a save, an unrevealed restore, a /slots or /metrics read): reported as `slot_action_unlogged`
+        # unless whoever reads the log polls the server itself (`Watch` with a URL: its own reads)
+        self.unlogged = unlogged
+        self._prev = None  # the name of the last line a pattern matched (library lines aside)
+        # `stop: cancel task` lines since the last launch or release: the HTTP thread prints them, and
+        # the cancel task's iteration may come after a bare idle line of its own (spent one each)
+        self._cancels = 0
         self._seq = 0
         self.t = 0.0  # the last line's timestamp (s)
         self.out: list[Spec] = []  # events not numbered yet
@@ -271,6 +279,16 @@ class LogReader:
             elif aw.n_lines > AWAIT_MAX_LINES:
                 self._end_await(None)
         self._settle(name, ln)
+        prev, self._prev = self._prev, name
+        if name == "cancel":  # the cancel's own task will make a loop iteration that prints nothing else
+            self._cancels += 1
+        elif name in ("launch", "release"):
+            self._cancels = 0
+        elif name == "all_idle" and prev == "all_idle" and self.unlogged:
+            if self._cancels:
+                self._cancels -= 1
+            else:
+                self.lifecycle.unlogged_action(ln)
         getattr(self._family[name], "on_" + name)(m, ln, level)
 
     def _warn_build(self) -> None:

@@ -99,6 +99,11 @@ def why_lines(events: list, divergences: dict | None = None) -> list[str]:
     return out
 
 
+#: what the report says of a task the log shows only as a bare `all slots are idle` line
+UNLOGGED = ("a task the server logs only as `all slots are idle`: a save, a restore nothing later reveals, or a "
+            "/slots or /metrics read (the kind, slot, file and sizes are not in the log; a recording proxy has them)")
+
+
 def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=None, why: bool = False) -> int:
     out = out or sys.stdout
     rd, events = read(log)
@@ -122,7 +127,8 @@ def run(log: str, *, as_json: bool = False, events_path: str | None = None, out=
     for i, r in enumerate(results):
         if "action" in r:
             rep = r["reply"]
-            det = rep["error"]["message"] if "error" in rep else json.dumps(rep)
+            det = (rep["error"]["message"] if "error" in rep else
+                   UNLOGGED if r["action"] == "unlogged" else json.dumps(rep))
             slot = rep.get("id_slot", "-")
             print(f"{i:>3} {r['action']:<8} {slot:>4} {r['status']:>6} {'':>7} {'':>7} {'':>7}  {det}", file=out)
         elif r["status"] is None:

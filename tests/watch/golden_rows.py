@@ -84,3 +84,42 @@ def agrees(got: dict, want: dict) -> bool:
         return "reply" not in got
     g, w = got.get("reply") or {}, want["reply"]
     return set(g) == set(w) and all(g[k] == w[k] or (g[k] is None and k in lacks) for k in w)
+
+
+def known(rows: list[dict]) -> list[dict]:
+    """The rows but the unlogged actions (bare `all slots are idle` lines: checked by `unlogged_fit`)."""
+    return [r for r in rows if r.get("action") != "unlogged"]
+
+
+def _segment_of(rows: list[dict]) -> list[int]:
+    """Per row: how many completions come before it (actions between two completions share a segment)."""
+    out, k = [], 0
+    for r in rows:
+        out.append(k)
+        if "action" not in r:
+            k += 1
+    return out
+
+
+def unlogged_fit(trace: dict, results: list[dict], got: list[dict]) -> str | None:
+    """None if every unlogged row read from a log (a loop iteration that printed only `all slots are
+    idle`) can be a task the server answered without a line: per stretch between two completions, no
+    more unlogged rows and inferred restores together than the successful saves and restores the server
+    answered there, unless the recorder read `/slots` there (it does before a request it does not wait
+    for: tests/golden/record_traces.py), which makes such lines too. Else what does not fit."""
+    seg_got = _segment_of(got)
+    seg_res = _segment_of(results)
+    n = max([*seg_got, *seg_res, 0]) + 1
+    allowed = [0] * n
+    reads = [False] * n
+    for q, r, k in zip(trace["requests"], results, seg_res):
+        if "action" in r and r["status"] == 200 and r["action"] in ("save", "restore"):
+            allowed[k] += 1
+        if "action" not in q and not q.get("wait", True):
+            reads[k] = True
+    used = [0] * n
+    for r, k in zip(got, seg_got):
+        if r.get("action") == "unlogged" or (r.get("action") == "restore" and r["status"] == 200):
+            used[k] += 1
+    bad = [k for k in range(n) if used[k] > allowed[k] and not reads[k]]
+    return None if not bad else f"stretches {bad}: {[(used[k], allowed[k]) for k in bad]} (rows, answered actions)"

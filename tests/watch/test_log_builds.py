@@ -23,7 +23,7 @@ from slotlab.watch import builds as B
 from slotlab.watch.lines import parse_line
 from slotlab.watch.log_reader import LOG, LogReader, requests_json
 from slotlab.watch.patterns import match
-from tests.watch.golden_rows import agrees, shown, strip
+from tests.watch.golden_rows import agrees, known, shown, strip, unlogged_fit
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 PIN_DIRS = (GOLDEN / "traces", GOLDEN / "traces_tiny")
@@ -72,13 +72,25 @@ def read_lines(lines: list[str]) -> tuple[LogReader, list]:
     return rd, events
 
 
-def expected(log: Path, trace_dir: Path | None = None) -> list[dict]:
-    """The answers (recorded beside `log`) the log can show (tests/watch/golden_rows.py); the trace is
-    the one of that name in traces/ or traces_tiny/."""
+def _recorded(log: Path) -> tuple[dict, list[dict]]:
+    """(the trace, the answers recorded beside `log`); the trace is the one of that name in traces/ or
+    traces_tiny/."""
     name = log.name.split(".")[0]
     trace = next(d / f"{name}.json" for d in PIN_DIRS if (d / f"{name}.json").exists())
     res = json.loads(log.with_name(log.name.replace(".log", ".json")).read_text())["results"]
-    return shown(json.loads(trace.read_text()), res)
+    return json.loads(trace.read_text()), res
+
+
+def expected(log: Path, trace_dir: Path | None = None) -> list[dict]:
+    """The answers (recorded beside `log`) the log can show (tests/watch/golden_rows.py)."""
+    return shown(*_recorded(log))
+
+
+def rows(log: Path, events) -> list[dict]:
+    """The rows read from the log but its unlogged actions, which must fit the answers (golden_rows)."""
+    got = [strip(r) for r in requests_json(events)]
+    assert unlogged_fit(*_recorded(log), got) is None, f"{log.name}: {unlogged_fit(*_recorded(log), got)}"
+    return known(got)
 
 
 def same(got: list[dict], want: list[dict]) -> bool:
@@ -96,7 +108,7 @@ def test_every_builds_texts_give_the_servers_answers(build):
         lines, hit = rewrite(log.read_text(errors="replace").splitlines(), build)
         seen |= hit
         rd, events = read_lines(lines)
-        got = [strip(r) for r in requests_json(events)]
+        got = rows(log, events)
         want = expected(log)
         if "sim" in B.lines_missing(build):
             # no similarity lines: a successful restore shows only where other lines reveal it; every other
@@ -207,7 +219,7 @@ def test_there_are_b11434_logs():
 def test_b11434_log_gives_that_servers_answers(log):
     rd = LogReader()
     events = rd.read_file(log)
-    got = [strip(r) for r in requests_json(events)]
+    got = rows(log, events)
     want = expected(log)
     for i, (g, w) in enumerate(zip(got, want)):
         assert (g.get("id_slot"), g.get("cache_n"), g.get("prompt_n")) == \
@@ -230,7 +242,7 @@ def test_b11549_log_gives_that_servers_answers(log):
     named, and its slot-file checkpoints said once, with the flag that follows them."""
     rd = LogReader()
     events = rd.read_file(log)
-    got = [strip(r) for r in requests_json(events)]
+    got = rows(log, events)
     want = expected(log)
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):

@@ -18,7 +18,7 @@ from slotlab.engine.server_log import decisions
 from slotlab.watch.lines import parse_line
 from slotlab.watch.log_reader import LOG, LogReader, requests_json
 from slotlab.watch.patterns import match
-from tests.watch.golden_rows import agrees, shown, strip
+from tests.watch.golden_rows import agrees, known, shown, strip, unlogged_fit
 
 DIR = Path(__file__).resolve().parent.parent / "golden" / "traces"
 TRACES = sorted(p.stem for p in DIR.glob("*.json") if ".llama-server" not in p.name)
@@ -41,6 +41,10 @@ def test_log_gives_the_servers_answers(name):
     rd = LogReader()
     events = rd.read_file(DIR / f"{name}.llama-server.log")
     got = [strip(r) for r in requests_json(events)]
+    tr = json.loads((DIR / f"{name}.json").read_text())
+    res = json.loads((DIR / f"{name}.llama-server.json").read_text())["results"]
+    assert unlogged_fit(tr, res, got) is None, unlogged_fit(tr, res, got)
+    got = known(got)
     want = expected(name)
     for i, (g, w) in enumerate(zip(got, want)):
         assert agrees(g, w), f"{name}: result {i} differs: {g} != {w}"

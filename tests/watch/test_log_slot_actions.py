@@ -11,7 +11,10 @@ server):
 
 * every completion exactly as the server answered it (slot, cache_n, prompt_n, tokens_evaluated,
   tokens_cached, status, error), every erase, every failed restore with its 400, every successful
-  restore as a row whose fields are the server's or None and named in `lacks`; no save row;
+  restore as a row whose fields are the server's or None and named in `lacks`; a save (or a restore
+  nothing reveals) only as an "unlogged" row where its loop iteration printed a bare `all slots are
+  idle`, and no more of those than the server answered such actions there (or the recorder read
+  /slots there);
 * with the HTTP side's answers (what the recording proxy of `slotlab watch --twin` / `--proxy-port` or
   the panel's controls see), `http_side.fill` gives every row exactly, saves included;
 * `Watch.results()` does that fill with an attached recorder and with the panel's own actions.
@@ -24,7 +27,7 @@ import pytest
 
 from slotlab.watch.http_side import fill
 from slotlab.watch.log_reader import LogReader, requests_json
-from tests.watch.golden_rows import agrees, log_can_show, shown, strip
+from tests.watch.golden_rows import agrees, known, log_can_show, shown, strip, unlogged_fit
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 DIRS = {"traces": GOLDEN / "traces", "traces_tiny": GOLDEN / "traces_tiny"}
@@ -51,9 +54,13 @@ def golden(name: str) -> list[dict]:
     return [strip(r) for r in answers(name)]
 
 
-def read(name: str) -> tuple[LogReader, list[dict]]:
+def read(name: str, *, unlogged: bool = False) -> tuple[LogReader, list[dict]]:
+    """The reader and its rows (`unlogged`: with the unlogged actions, which are checked here to fit
+    the server's answers either way)."""
     rd = LogReader()
-    return rd, [strip(r) for r in requests_json(rd.read_file(_paths(name)[0]))]
+    got = [strip(r) for r in requests_json(rd.read_file(_paths(name)[0]))]
+    assert unlogged_fit(trace(name), answers(name), got) is None, f"{name}: {unlogged_fit(trace(name), answers(name), got)}"
+    return rd, got if unlogged else known(got)
 
 
 def test_the_new_scenarios_are_recorded():
@@ -89,9 +96,10 @@ def test_the_new_logs_infer_each_restore_and_read_lengths_where_printed(name):
 def test_the_http_side_fills_every_row(name):
     """The recording proxy's rows (what the recorder answered: the golden JSON itself) fill the log's
     rows to the server's answers exactly, saves and file names and bytes included."""
-    _, got = read(name)
+    _, got = read(name, unlogged=True)
     want = golden(name)
-    assert [strip(r) for r in fill(got, want)] == want
+    # what is left of the unlogged rows once the answers are in: the recorder's own /slots reads
+    assert known([strip(r) for r in fill(got, want)]) == want
 
 
 def test_fill_keeps_what_the_http_side_did_not_see_and_places_the_panels_actions():
@@ -129,7 +137,9 @@ def test_watch_results_take_the_answers_from_an_attached_recorder(tmp_path):
     w.wait_for(lambda: w.reader.n_lines >= len(log.read_text().splitlines()), 30)
     w.stop()
     offline = [strip(r) for r in w.results()]
-    assert len(offline) == sum(log_can_show(trace(name), answers(name)))
+    assert len(known(offline)) == sum(log_can_show(trace(name), answers(name)))
+    # the two saves whose loop iterations printed only `all slots are idle`, at their places
+    assert [i for i, r in enumerate(offline) if r["action" if "action" in r else "status"] == "unlogged"] == [1, 11]
     w.attach_recorder(Recorder())
     assert [strip(r) for r in w.results()] == want
     # the panel's own controls: the answers of the actions it sent, placed among the completions

@@ -202,6 +202,15 @@ class SlotLifecycle:
 
     # ------------------------------------------------------------------ restores the log does not print
 
+    def unlogged_action(self, ln: LogLine) -> None:
+        """`all_idle` right after `all_idle`: the loop ran one more time and printed nothing else, so
+        it processed a task the server does not log: a successful save, a restore, or a read of
+        `/slots` or `/metrics` (a cancel prints `stop: cancel task` first, an erase or a failed restore
+        their clear and error: none of them makes a bare idle line). Kept at its place as an action of
+        unknown kind; a restore that a later line reveals (`silent_restore`) claims the last one before it
+        where results are folded (`requests_json`)."""
+        self.rd.spec(T.SLOT_ACTION_UNLOGGED, "", level="TRC", slot=-1, task=-1, may_be=("save", "restore", "read"))
+
     def silent_restore(self, s: SlotState, n_tokens: int | None, before: Spec | None = None) -> None:
         """`POST /slots/N?action=restore` succeeded: the server logs nothing, but a later line shows the
         idle slot holding tokens no line put there. The inferred `slot_restored` goes before `before` (the

@@ -18,9 +18,15 @@ def requests_json(events: Iterable) -> list[dict]:
     The server logs nothing for a successful save or restore: a log reader infers a restore from what
     follows it (`slot_restored` with filename ""), and its row holds None where the log has no value,
     with those fields named in `lacks` (`slotlab.watch.http_side.fill` takes them from the HTTP
-    answers); a successful save leaves no trace in the log at all, so it has no row here."""
+    answers). A save, or a restore nothing reveals, shows at most as a loop iteration that printed only
+    `all slots are idle` (`slot_action_unlogged`): its row has action "unlogged", status 200 (a failed
+    save or restore prints its error), `may_be` (save, restore, or a /slots or /metrics read) and
+    `lacks` naming everything else. An inferred restore takes the place of the last such row before
+    it (the bare idle line the restore itself left); a save whose loop iteration printed nothing at all
+    (it ran in the same iteration as other work) has no row."""
     comps: dict[int, dict] = {}
     rows: list[tuple[float, int, dict]] = []  # (order key, position, result)
+    unlogged: list[int] = []  # indices in `rows` of unlogged actions no inferred restore claimed
     max_task = -1
     pos = 0
 
@@ -64,12 +70,25 @@ def requests_json(events: Iterable) -> list[dict]:
         elif k == T.SLOT_SAVED:
             add(e.task, {"action": "save", "status": 200, "reply": {
                 "id_slot": e.slot, "filename": d.filename, "n_saved": d.n_tokens, "n_written": d.n_bytes}})
+        elif k == T.SLOT_ACTION_UNLOGGED:
+            unlogged.append(len(rows))
+            add(max_task + 0.5, {"action": "unlogged", "status": 200, "may_be": list(d.may_be), "reply": {},
+                                 "lacks": ["action", "id_slot", "filename", "n_tokens", "n_bytes"]})
         elif k == T.SLOT_RESTORED and not d.filename:  # inferred from a log: the server printed nothing
             reply = {"id_slot": e.slot, "filename": None, "n_restored": d.n_tokens if d.n_tokens >= 0 else None,
                      "n_read": None}
+            row = {"action": "restore", "status": 200, "reply": reply, "lacks": [f for f, v in reply.items() if v is None]}
             # before the task it names (the one whose launch showed it), else after what was seen so far
-            add(e.task - 0.5 if e.task >= 0 else max_task + 0.5,
-                {"action": "restore", "status": 200, "reply": reply, "lacks": [f for f, v in reply.items() if v is None]})
+            key = e.task - 0.5 if e.task >= 0 else max_task + 0.5
+            # the bare idle line this restore left: after the last completion before it
+            j = next((j for j in reversed(unlogged) if rows[j][0] <= key), None)
+            if j is not None and any(rows[j][0] < t < key for t in comps):
+                j = None
+            if j is not None:
+                unlogged.remove(j)
+                rows[j] = (rows[j][0], rows[j][1], row)
+            else:
+                add(key, row)
         elif k == T.SLOT_RESTORED:
             add(e.task, {"action": "restore", "status": 200, "reply": {
                 "id_slot": e.slot, "filename": d.filename, "n_restored": d.n_tokens, "n_read": d.n_bytes}})
