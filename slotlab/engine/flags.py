@@ -367,6 +367,25 @@ def _server_build(s: str) -> int:
 
 #: the llama-server builds whose rules slotlab follows (--server-build): the pin and the newer trees
 SERVER_BUILDS = (11312, 11434, 11549)
+
+
+def rules_of_build(build: int | None) -> tuple[int, str | None]:
+    """The `--server-build` whose rules a server of `build` follows (the newest of SERVER_BUILDS not
+    after it; the pin's for an unknown or older build), and a note where that is an approximation.
+
+    Why: `watch`, the proxy's session log and `report` learn the build of the server they read (its
+    start-up line, `GET /props` `build_info`) and should decide as that server does without the user
+    passing the flag; between two known trees the older one's rules are the closest slotlab has."""
+    if build is None:
+        return SERVER_BUILDS[0], None
+    if build < SERVER_BUILDS[0]:
+        return SERVER_BUILDS[0], (f"b{build} is older than b{SERVER_BUILDS[0]}: followed with the pin's rules "
+                                  "(the differences slotlab knows of are listed by slotlab watch)")
+    b = max(x for x in SERVER_BUILDS if x <= build)
+    if b == build:
+        return b, None
+    return b, (f"b{build} followed with the rules of b{b}, the newest build slotlab knows not after it "
+               f"(changes after b{b} are not modelled)")
 _flag("server_build", "--server-build", _server_build)  # slotlab only
 FLAGS["-v"] = FLAGS["--verbose"] = FLAGS["--log-verbose"] = ("verbosity", 2**31 - 1)  # arg.cpp: INT_MAX (every line, DBG too)
 def _host(value: str) -> str:

@@ -456,6 +456,18 @@ class Recorder:
                 flags += ["-c", str(c)]
                 notes.append(f"-c {c} from the server's /props ({n} slots of {ctx} tokens"
                              f"{', unified KV' if unified else ''}; --flags did not say it)")
+        if info.get("build") and not any(a == "--server-build" for a in flags):
+            from slotlab.engine.flags import SERVER_BUILDS, rules_of_build
+            from slotlab.watch.builds import BuildWatch
+
+            bw = BuildWatch()  # the number, or the commit of a build made outside llama.cpp's git
+            if bw.on_build_info(str(info["build"])):
+                rb, why = rules_of_build(bw.build)
+                if rb != SERVER_BUILDS[0]:  # the server's rules, where they are not the pin's
+                    flags += ["--server-build", str(rb)]
+                    notes.append(f"--server-build {rb} from the server's /props ({info['build']})")
+                if why:
+                    notes.append(why)
         if not self.flags:
             notes.append("no --flags given: the flags /props does not tell (--cache-ram, -sps, checkpoints, ...) "
                          "are the defaults")

@@ -166,9 +166,9 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     the same decisions and results, fewer `decode` / `slot_snapshot` events); `listen(event)` is
     subscribed to the engine's events before the first request; `observers` (e.g.
     `slotlab.explain.attach`) before its first event. `hindsight=False`: keep none of the facts only
-    explanations read (engine/hindsight.py; the same decisions, faster)."""
-    from slotlab.engine.params import ServerParams
-
+    explanations read (engine/hindsight.py; the same decisions, faster). Slot actions of a slotlab
+    trace run at their arrivals in a slot directory of the run's own (unless the flags name one), with
+    the trace's input files installed there."""
     wall0 = time.perf_counter()
     if vocab is None:  # a session log brings the tokenizer its message delimiters need
         vocab = getattr(trace, "vocab", None)
@@ -176,7 +176,38 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         flags = trace.flags
     if isinstance(flags, str):
         flags = flags.split()
-    params = ServerParams.from_args(list(flags))
+    reqs = trace.requests
+    run_flags = list(flags)
+    slot_dir = None
+    if any(q.action is not None for q in reqs) and "--slot-save-path" not in run_flags:
+        # slot actions write and read files: a directory of the run's own, with the trace's input files
+        import tempfile
+
+        slot_dir = tempfile.TemporaryDirectory(prefix="slotlab-sim-slots-")
+        run_flags += ["--slot-save-path", slot_dir.name]
+    if trace.files:
+        import shutil
+        from pathlib import Path
+
+        dest = run_flags[run_flags.index("--slot-save-path") + 1] if "--slot-save-path" in run_flags else None
+        if dest is not None:
+            base = Path(trace.path).parent if trace.path else Path.cwd()
+            for name, rel in trace.files.items():
+                shutil.copyfile(base / rel, Path(dest) / name)
+    try:
+        return _simulate(trace, flags, run_flags, speed=speed, profile=profile, vocab=vocab, progress=progress,
+                         keep_events=keep_events, max_log=max_log, fast=fast, listen=listen, observers=observers,
+                         hindsight=hindsight, wall0=wall0)
+    finally:
+        if slot_dir is not None:
+            slot_dir.cleanup()
+
+
+def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_events, max_log, fast, listen,
+              observers, hindsight, wall0) -> SimResult:
+    from slotlab.engine.params import ServerParams
+
+    params = ServerParams.from_args(run_flags)
     eng, alloc = paper_engine(params, vocab=vocab, profile=profile, observers=observers, hindsight=hindsight)
     if not keep_events:  # a bounded log: the report folds what it needs as the events happen
         eng.events.max_log, eng.events.trim_chunk = max_log, max(1, max_log // 50)
@@ -187,6 +218,7 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         speed = dataclasses.replace(speed, n_ubatch=mem.n_ubatch)
     reqs = trace.requests
     n = len(reqs)
+    actions: list[_Rec] = []  # slot actions posted and not answered yet
     recs = [_Rec(i, r.arrival) for i, r in enumerate(reqs)]
     by_task: dict[int, _Rec] = {}
     evictions: Counter = Counter()
@@ -233,13 +265,26 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         ff.ctx_cost = ctx_cost
     # hold-back (fast mode, requests without id_slot): a request that arrives while every slot is busy
     # is kept here instead of being posted and deferred; see _post_order
-    hold = fast and not any("id_slot" in q.fields for q in reqs)
+    hold = fast and not any("id_slot" in q.fields or q.action is not None for q in reqs)
+    # requests without an arrival in a slotlab trace: posted in order, each once the earlier requests it
+    # waits for are answered (the recorder's and replay's `wait`); the others by their arrival
+    waited: set | None = set() if any(q.sequential for q in reqs) else None
+    if waited is not None:
+        hold = False
     held: collections.deque[int] = collections.deque()
     last_report = 0.0
     inf = float("inf")
 
     def post(j: int) -> None:
         q, r = reqs[j], recs[j]
+        if q.action is not None:  # POST /slots/{id}?action=...: answered when the server loop runs it
+            a = q.action
+            t = core.slot_action_task(a["action"], a.get("id_slot", 0), a.get("filename"))
+            r.task = t
+            actions.append(r)
+            if not t.done:
+                core.post(t)
+            return
         kw = dict(q.fields)
         kw.setdefault("n_predict", q.n_predict)
         t = core.completion_task(q.tokens(vocab), ignore_eos=True, on_token=on_token, **kw)
@@ -252,9 +297,24 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     while True:
         now = clock[0]
         i0 = i
-        while i < n and reqs[i].arrival <= now:
-            i += 1
-        if not hold:
+        if waited is not None:  # in trace order, each after the earlier ones it waits for (replay's `wait`)
+            while True:
+                if actions:  # refused at once (a bad file name): answered before the next is sent
+                    n_done += _answer_actions(actions, reqs, now)
+                waited.difference_update([k for k in waited if recs[k].end is not None])
+                if not (i < n and reqs[i].arrival <= now and not (reqs[i].sequential and waited)):
+                    break
+                recs[i].arrival = now
+                post(i)
+                if reqs[i].wait:
+                    waited.add(i)
+                i += 1
+        else:
+            while i < n and reqs[i].arrival <= now:
+                i += 1
+        if waited is not None:
+            pass
+        elif not hold:
             for j in range(i0, i):
                 post(j)
         elif held or i > i0:
@@ -269,6 +329,8 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         # step() is process_new_tasks() then update_slots(): the tasks first, so that the tasks in
         # the slots are known (only they can finish in this step) and a fast-forward can follow
         core.process_new_tasks()
+        if actions:
+            n_done += _answer_actions(actions, reqs, now)
         if just_launched:
             # the launch's own state copies (a RAM-cache load, the idle-slot saves) come before the slot
             # starts its prompt (`t_start_process_prompt`, slotlab.engine.core._start_prompt): the
@@ -311,6 +373,10 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
                 r.first = clock[0]
             pending_first.clear()
         fin = False
+        if actions:
+            k = _answer_actions(actions, reqs, clock[0])
+            n_done += k
+            fin = k > 0
         for t in running:
             if t.done:
                 r = by_task.get(t.id)
@@ -329,6 +395,11 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
                 progress(n_done, n, clock[0])
     if progress is not None:
         progress(n, n, clock[0])
+    n_done += _answer_actions(actions, reqs, clock[0])
+    for r in actions:  # never answered (cannot happen: the loop runs while a task is queued)
+        a = reqs[r.i].action
+        r.task = {"action": a["action"], "status": None, "id_slot": a.get("id_slot"), "cache_n": None,
+                  "prompt_n": None, "predicted_n": None, "error": "not answered by the end of the trace", "reply": None}
     results = []
     for r, q in zip(recs, reqs):
         s = r.task
@@ -339,14 +410,15 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
                                                                       else r.launched), 6),
              "end": None if r.end is None else round(r.end, 6)}
         results.append(d)
-    ok = [d for d in results if d["status"] == 200]
+    acts = [d for d in results if "action" in d]
+    ok = [d for d in results if d["status"] == 200 and "action" not in d]
     waits = [d["queue_wait"] for d in ok if d["queue_wait"] is not None]
     ttfts = [d["ttft"] for d in ok if d["ttft"] is not None]
     reused = sum(d["cache_n"] for d in ok)
     prefilled = sum(d["prompt_n"] for d in ok)
     bound, _ = infinite_cache_bound(trace)
     totals = {
-        "n_requests": n, "n_ok": len(ok), "n_errors": n - len(ok),
+        "n_requests": n - len(acts), "n_ok": len(ok), "n_errors": n - len(acts) - len(ok),
         "sim_seconds": round(clock[0], 6), "wall_seconds": round(time.perf_counter() - wall0, 3),
         "prompt_tokens": reused + prefilled, "tokens_reused": reused, "tokens_prefilled": prefilled,
         "tokens_generated": sum(d["predicted_n"] for d in ok),
@@ -360,6 +432,9 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
         "fast_forward_steps": ff.n_steps if ff is not None else 0,
         "fast_forwards": ff.n_bulk if ff is not None else 0,
     }
+    if acts:  # slot actions (slotlab traces): how many, and how many the server refused
+        totals["n_actions"] = len(acts)
+        totals["action_errors"] = sum(1 for d in acts if d["status"] != 200)
     return SimResult(list(flags), results, totals, eng, wall_s=time.perf_counter() - wall0)
 
 
@@ -385,6 +460,29 @@ def _post_order(held: "collections.deque[int]", new, n_idle: int) -> list[int]:
         else:
             held.append(j)
     return out
+
+
+def _answer_actions(actions: list, reqs, now: float) -> int:
+    """The slot actions the server loop has answered by `now`: their records get the answer (the
+    action's reply or error, in the golden schema's terms) and leave `actions`; how many."""
+    k = 0
+    for r in list(actions):
+        t = r.task
+        if not t.done:
+            continue
+        actions.remove(r)
+        a = reqs[r.i].action
+        r.launched = r.launched if r.launched is not None else now
+        r.end = now
+        if t.error is not None:
+            r.task = {"action": a["action"], "status": t.error.code, "id_slot": a.get("id_slot"), "cache_n": None,
+                      "prompt_n": None, "predicted_n": None,
+                      "error": t.error.message if hasattr(t.error, "message") else str(t.error), "reply": None}
+        else:
+            r.task = {"action": a["action"], "status": 200, "id_slot": a.get("id_slot"), "cache_n": None,
+                      "prompt_n": None, "predicted_n": None, "error": None, "reply": dict(t.result)}
+        k += 1
+    return k
 
 
 def _summary(task) -> dict:

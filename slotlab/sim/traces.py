@@ -81,6 +81,9 @@ class SimRequest:
     fields: dict = field(default_factory=dict)  # id_slot, cache_prompt, n_cache_reuse, ...
     session: str | None = None  # session logs: the conversation
     call: object = None  # session logs: the call as sent (slotlab.conversation.Call: messages, tools, reply)
+    action: dict | None = None  # a slot action (slotlab traces): {"action": save|restore|erase, "id_slot", "filename"}
+    sequential: bool = False  # no arrival (slotlab traces): posted after the earlier requests that `wait`
+    wait: bool = True  # a later sequential request waits for this one's answer (slotlab traces' `wait`)
 
     def tokens(self, vocab=None) -> np.ndarray:
         if self.make_tokens is not None:
@@ -99,6 +102,7 @@ class SimTrace:
     path: str | None = None
     notes: list[str] = field(default_factory=list)
     block: int = 0  # block size of hash_ids (0: none)
+    files: dict | None = None  # slotlab traces: slot files to install before the run ({name: path beside the trace})
     vocab: object = None  # the tokenizer the requests need at submit time (session logs: message_delimiters)
     header: dict | None = None  # session logs: the header line (the server's flags, /props), where there is one
 
@@ -436,8 +440,15 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
     for i, r in enumerate(data.get("requests", [])):
         if not isinstance(r, dict):
             raise TraceError(f"{p}, request {i}: expected an object")
-        if "action" in r:
-            notes.append(f"request {i}: slot action {r['action']} not simulated")
+        if "action" in r:  # a slot action: POST /slots/{id_slot}?action=... at its arrival
+            if "arrival" not in r:
+                missing.append(i)
+            act = {k: r[k] for k in ("action", "id_slot", "filename") if k in r}
+            reqs.append(SimRequest(arrival=float(r.get("arrival", 0.0)) * time_scale, n_prompt=0, n_predict=0,
+                                   prompt=[], action=act, sequential="arrival" not in r,
+                                   wait=bool(r.get("wait", True))))
+            if limit and len(reqs) >= limit:
+                break
             continue
         extra = {k: r[k] for k in ("id_slot", "cache_prompt", "n_cache_reuse", "temperature", "seed",
                                    "message_delimiters") if k in r}
@@ -460,17 +471,21 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
         reqs.append(SimRequest(arrival=float(r.get("arrival", 0.0)) * time_scale,
                                n_prompt=-1 if isinstance(prompt, str) else len(prompt),
                                n_predict=int(r.get("n_predict", -1)), prompt=prompt, output=out, fields=extra,
-                               session=None if call is None else call.session, call=call))
+                               session=None if call is None else call.session, call=call,
+                               sequential="arrival" not in r, wait=bool(r.get("wait", True))))
         if limit and len(reqs) >= limit:
             break
     if missing:  # say what is assumed: a simulation's queueing figures rest on the arrivals
         n = len(missing)
-        notes.append(f"{n} of {len(reqs)} requests have no \"arrival\": they are assumed to arrive at 0 s, all at "
-                     "once, in trace order (the queue waits and TTFTs below are those of a burst; record with "
-                     "slotlab proxy --record, which writes each request's arrival)" if n == len(reqs) else
-                     f"{n} of {len(reqs)} requests have no \"arrival\" (first: request {missing[0]}): assumed at 0 s")
+        notes.append(f"{n} of {len(reqs)} requests have no \"arrival\": they are sent in trace order, each when the "
+                     "earlier ones it waits for are answered (\"wait\", default true, as slotlab replay sends them), so "
+                     "the queue waits and TTFTs below are those of that client; record with slotlab proxy --record, "
+                     "which writes each request's arrival" if n == len(reqs) else
+                     f"{n} of {len(reqs)} requests have no \"arrival\" (first: request {missing[0]}): sent in trace "
+                     "order after the earlier ones they wait for")
     reqs.sort(key=lambda q: q.arrival)
-    return SimTrace(flags, reqs, str(p), notes)
+    files = data.get("files") if isinstance(data.get("files"), dict) else None
+    return SimTrace(flags, reqs, str(p), notes, files=files)
 
 
 def infinite_cache_bound(trace: SimTrace) -> tuple[int, int]:

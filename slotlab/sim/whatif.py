@@ -134,7 +134,11 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
             profile = ModelProfile.from_json(job["profile_dict"])
         else:
             profile = resolve_profile(job.get("profile"))
-        res = simulate(trace, job["flags"], speed=speed, profile=profile, hindsight=False)  # no "why" is read
+        vocab = None
+        if any(isinstance(r.prompt, str) for r in trace.requests):  # text prompts: the model's tokenizer
+            vocab = _vocab(job["flags"] or trace.flags)
+        res = simulate(trace, job["flags"], speed=speed, profile=profile, vocab=vocab,
+                       hindsight=False)  # no "why" is read
         t = res.totals
         run.n_requests, run.n_errors = t["n_requests"], t["n_errors"]
         run.prompt_tokens, run.tokens_reused, run.tokens_prefilled = t["prompt_tokens"], t["tokens_reused"], t["tokens_prefilled"]
@@ -150,6 +154,21 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
         run.error = f"{type(ex).__name__}: {ex}"
     run.wall_seconds = time.perf_counter() - t0
     return asdict(run)
+
+
+_VOCABS: dict = {}
+
+
+def _vocab(flags: list[str]):
+    """The tokenizer of the model `flags` name (-m, or the default model), once per worker process: a
+    trace with text prompts (a slotlab .json trace) needs it as `slotlab simulate` does."""
+    from slotlab.engine.params import ServerParams
+    from slotlab.llama import Model
+
+    path = ServerParams.from_args(list(flags)).model
+    if path not in _VOCABS:
+        _VOCABS[path] = Model(path)
+    return _VOCABS[path]
 
 
 def _load_from_bytes(data: bytes, job: dict):
@@ -286,6 +305,36 @@ def table_lines(runs: list[WhatIfRun]) -> list[str]:
         r0 = runs[0]
         out.append(f"bound: an infinite prefix cache could reuse {r0.bound_tokens:,} of {r0.prompt_tokens:,} prompt "
                    f"tokens ({100 * r0.bound_tokens / r0.prompt_tokens:.1f} %); 'of bound' = reused / that")
+    out += build_lines(runs)
+    return out
+
+
+def build_lines(runs: list[WhatIfRun]) -> list[str]:
+    """Where `--server-build` is varied: per build, what it reuses against the first build's run with
+    the same other settings ("should I upgrade", as a number), in percentage points of the prompt
+    tokens and in tokens prefilled."""
+    key = "--server-build"
+    ok = [r for r in runs if not r.error and key in r.setting]
+    groups: dict = {}
+    for r in ok:
+        rest = tuple((k, v) for k, v in r.setting.items() if k != key)
+        groups.setdefault(rest, []).append(r)
+    out = []
+    for rest, rs in groups.items():
+        base = rs[0]
+        where = f" ({' '.join(f'{k} {v}' for k, v in rest)})" if rest else ""
+        for r in rs[1:]:
+            d = 100 * (r.reuse - base.reuse)
+            fewer = base.tokens_prefilled - r.tokens_prefilled
+            verdict = (f"would reuse {d:.1f} percentage points more of the prompt tokens ({fewer:,} tokens fewer to "
+                       "prefill)" if fewer > 0 else
+                       f"would reuse {-d:.1f} percentage points less ({-fewer:,} tokens more to prefill)" if fewer < 0
+                       else None)
+            if verdict is None:
+                out.append(f"build: on this traffic b{r.setting[key]} would prefill the same tokens as "
+                           f"b{base.setting[key]}{where}")
+            else:
+                out.append(f"build: on this traffic b{r.setting[key]} {verdict} than b{base.setting[key]}{where}")
     return out
 
 

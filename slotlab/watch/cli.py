@@ -13,6 +13,7 @@ from pathlib import Path
 
 from slotlab.engine import event_types as T
 from slotlab.errors import SlotlabError
+from slotlab.watch import builds as B
 from slotlab.watch.log_reader import flags_of
 
 #: server flags the twin does not take from a watched command line (network, threads, logging)
@@ -114,6 +115,16 @@ def run_live(args, command: list[str] | None, out=None) -> int:
                 flags = flags_of(watch.events.replay().events)
                 print(f"slotlab watch: twin flags from the server's log: {' '.join(flags)} (give --twin-flags for "
                       "the exact ones)", file=sys.stderr)
+            if args.twin_flags is None and "--server-build" not in flags:
+                # the server's own rules where they are not the pin's: its build from the log (or /props)
+                from slotlab.engine.flags import SERVER_BUILDS, rules_of_build
+
+                watch.wait_for(lambda: watch.reader.build.build is not None, 10)
+                rb, why = rules_of_build(watch.reader.build.build)
+                if rb != SERVER_BUILDS[0]:
+                    flags = [*flags, "--server-build", str(rb)]
+                    print(f"slotlab watch: the twin follows b{rb}'s rules (--server-build {rb}): the server is "
+                          f"{B.name(watch.reader.build.build)}" + (f"; {why}" if why else ""), file=sys.stderr)
             twin = Twin(flags)
             proxy = ProxyServer(args.url, port=args.proxy_port, record=args.record, flags=flags).start()
             twin.attach(proxy)

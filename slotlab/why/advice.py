@@ -172,6 +172,8 @@ class Advice:
     left_out: list[str] = field(default_factory=list)  # flag changes not tried (over MAX_FLAGS)
     seconds: float = 0.0
     n_runs: int = 0
+    builds: list[FlagTrial] = field(default_factory=list)  # each newer build's rules over the session
+    build: int = 11312  # the build whose rules the session ran under (its --server-build)
 
     def lines(self) -> list[str]:
         pct = lambda n: f"{100 * n / self.processed:.1f} %" if self.processed else "-"  # noqa: E731
@@ -191,6 +193,17 @@ class Advice:
         for t in self.client:
             if not t.works:
                 out.append(f"tried, not advice: undoing {t.change} ({t.saved:+d} tokens)".replace("+-", "-"))
+        for t in self.builds:
+            b = t.flags[-1]
+            if t.refuted:
+                out.append(f"upgrade: b{b} was tried, not advice ({t.refuted})")
+            elif t.saved:
+                out.append(f"upgrade: on this session b{b} would prefill {abs(t.saved)} tokens "
+                           f"{'fewer' if t.saved > 0 else 'more'} than b{self.build} ({pct(abs(t.saved))}; tested: "
+                           f"the whole session run again under b{b}'s rules, --server-build {b})")
+            else:
+                out.append(f"upgrade: on this session b{b} would prefill the same tokens as b{self.build} (tested: "
+                           f"--server-build {b}; what it changes does not touch this traffic)")
         if not good and not any(t.works for t in self.client):
             out.append("no change tried saved tokens over the session")
         if self.left_out:
@@ -203,7 +216,9 @@ class Advice:
                            "advice": t.works} for t in self.flags],
                 "client": [{"change": t.change, "calls": t.calls, "saved": t.saved, "advice": t.advice,
                             "works": t.works} for t in self.client],
-                "left_out": list(self.left_out), "runs": self.n_runs}
+                "left_out": list(self.left_out), "runs": self.n_runs, "build": self.build,
+                "builds": [{"build": int(t.flags[-1]), "processed": t.processed, "saved": t.saved,
+                            "refuted": t.refuted} for t in self.builds]}
 
 
 def candidates(misses) -> list[str]:
@@ -240,6 +255,28 @@ def try_flags(sim, base: "Run", cands: Sequence[str], progress: Callable[[str], 
             t.refuted = f"{len(new_fail)} call(s) fail under it"
         trials.append(t)
     return trials, list(cands[MAX_FLAGS:])
+
+
+def try_builds(sim, base: "Run", progress: Callable[[str], None] | None = None) -> tuple[int, list[FlagTrial]]:
+    """Each build newer than the session's (its --server-build, default the pin) run over the whole
+    session under that build's rules: (the session's build, the trials). "Should I upgrade" as tokens."""
+    from slotlab.engine.flags import SERVER_BUILDS
+    from slotlab.engine.params import ServerParams
+
+    params = getattr(sim, "params", None)  # a report's runner has them; SimRunner its flags
+    cur = (params if params is not None else ServerParams.from_args(list(sim.flags))).server_build
+    out = []
+    for b in (x for x in SERVER_BUILDS if x > cur):
+        if progress:
+            progress(f"testing b{b}'s rules")
+        fl = ["--server-build", str(b)]
+        r = sim.run(extra=fl)
+        t = FlagTrial(fl, r.processed, base.processed - r.processed, r.per_call)
+        new_fail = r.failed - base.failed
+        if new_fail:
+            t.refuted = f"{len(new_fail)} call(s) fail under it"
+        out.append(t)
+    return cur, out
 
 
 def try_client(calls, sim, renderer, base: "Run", kinds: Sequence[str], *, n_ctx_slot=None,
@@ -287,4 +324,4 @@ def progress_line(who: str) -> Callable[[str], None] | None:
 
 
 __all__ = ["Advice", "ClientTrial", "FlagTrial", "MAX_FLAGS", "Run", "SimRunner", "candidates", "confirm_misses",
-           "stable_runner", "try_client", "try_flags"]
+           "stable_runner", "try_builds", "try_client", "try_flags"]

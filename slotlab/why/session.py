@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from slotlab.why.advice import (Advice, Run, SimRunner, candidates, confirm_misses, stable_runner, try_client,
-                                try_flags)
+from slotlab.why.advice import (Advice, Run, SimRunner, candidates, confirm_misses, stable_runner, try_builds,
+                                try_client, try_flags)
 from slotlab.why.stable import PRICED, Pricing, price
 
 
@@ -96,7 +96,8 @@ def analyse_runs(sim, *, params=None, chat: bool = True, progress: Callable[[str
     cands = candidates(list(x.misses) if x is not None else [m for _, m in misses])
     trials, left = try_flags(sim, base, cands, progress=progress)
     confirm_misses({i: m for i, m in misses}, base, trials)
-    adv = Advice(base.processed, trials, client, left, sim.seconds, sim.n_runs)
+    build, builds = try_builds(sim, base, progress=progress)
+    adv = Advice(base.processed, trials, client, left, sim.seconds, sim.n_runs, builds, build)
     return SessionWhy(base, misses, changes, pricing, adv, notes)
 
 

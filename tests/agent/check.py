@@ -93,6 +93,12 @@ def check(doc: dict, text: str, stderr: str, truth: list[dict], *, tools_visible
             assert f"advice (client): {t['advice']} — saves {t['saved']} tokens" in text, t
         else:
             assert f"tried, not advice: undoing {t['change']}" in text, t
+    # should the user upgrade: each newer build's rules run over the session, said as a number
+    assert [b["build"] for b in adv["builds"]] == [b for b in (11434, 11549) if b > adv["build"]]
+    for b in adv["builds"]:
+        assert b["saved"] == doc["totals"]["tokens_prefilled"] - b["processed"], b
+        word = "the same tokens as" if b["saved"] == 0 else "fewer" if b["saved"] > 0 else "more"
+        assert f"upgrade: on this session b{b['build']} would prefill" in text and word in text, b
     sysfix = [t for t in adv["client"] if t["change"] == "system_changed"]
     assert sysfix and sysfix[0]["saved"] > 5000, adv["client"]
     for m in doc["misses"]:  # a miss's flag advice is a tested one that reused more at that call
