@@ -61,6 +61,10 @@ def not_supported(what: str) -> JSONResponse:
                  "not_supported_error")
 
 
+#: the fields b11549 no longer reads from a raw completion's body (the chat path sets them itself)
+CHAT_ONLY_11549 = frozenset({"chat_format", "generation_prompt", "parse_tool_calls", "chat_parser"})
+
+
 class Api:
     def __init__(self, engine):
         self.engine = engine
@@ -272,7 +276,7 @@ class Api:
         meta = {"n_vocab": m.n_vocab, "n_ctx": self.engine.n_ctx_slot, "n_ctx_train": m.n_ctx_train,
                 "n_params": m.n_params, "size": m.size_bytes}
         return JSONResponse(info.models_json(name, self.results.aliases() or [name], list(getattr(self.p, "model_tags", ())),
-                                             int(time.time()), meta))
+                                             int(time.time()), meta, self.p.server_build))
 
     # ---------------------------------------------------------------- completions
 
@@ -384,6 +388,10 @@ class Api:
         return JSONResponse({"input_tokens": int(len(self._prompt_tokens(prompt)))})
 
     async def _run(self, request: Request, body: dict, prompt, kind: str):
+        if self.p.server_build >= 11549 and isinstance(body, dict) and not body.get("_chat"):
+            # b11549 reads these only from the chat path's own parameters (server-schema.cpp has no
+            # field for them): a raw completion's are ignored, not checked
+            body = {k: v for k, v in body.items() if k not in CHAT_ONLY_11549}
         inputs, values, body = self._fields(body, prompt)  # body: normalized (converted, nulls dropped)
         if "chat_format" in body and not 0 <= values["chat_format"] < CHAT_FORMATS:
             raise E.ServerError("Unknown chat format")  # common_chat_format_name, as the answer is built
@@ -540,13 +548,14 @@ def build_app(engine):
     # the server's other routes, answered as it answers them without the feature (slotlab.serve.unmodelled)
     routes += [Route(path, fn, methods=m) for path, fn, m in Unmodelled(engine.params, fim=engine.model.fim_tokens() if engine.model is not None else None).routes()]
     # ex_wrapper: an exception is the server's JSON error, never a plain-text page
-    routes = [Route(r.path, E.wrap(r.endpoint), methods=r.methods) for r in routes]
+    build = engine.params.server_build  # from b11434 a JSON parse or type error is a 400 (ex_wrapper)
+    routes = [Route(r.path, E.wrap(r.endpoint, build), methods=r.methods) for r in routes]
     gcp = GcpParams()
     if gcp.enabled:  # AIP_MODE=PREDICTION (slotlab/serve/gcp.py)
         posts = [(r.path, r.endpoint) for r in routes if "POST" in (r.methods or ())]
         if gcp.path_health:
-            routes.append(Route(gcp.path_health, E.wrap(api.health)))
-        routes.append(Route(gcp.path_predict, E.wrap(predict_endpoint(posts)), methods=["POST"]))
+            routes.append(Route(gcp.path_health, E.wrap(api.health, build)))
+        routes.append(Route(gcp.path_predict, E.wrap(predict_endpoint(posts), build), methods=["POST"]))
     # a path the server has not (or a method it has not there) is its JSON 404
     app = Starlette(routes=routes, exception_handlers={404: E.not_found, 405: E.not_found})
     app.router.redirect_slashes = False  # httplib matches paths exactly: "/completion/" is a 404

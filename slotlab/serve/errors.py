@@ -36,9 +36,13 @@ def error(code: int, message: str, type_: str | None = None, **extra) -> JSONRes
     return JSONResponse({"error": body(code, message, type_, **extra)}, status_code=code)
 
 
-def from_exception(e: BaseException) -> JSONResponse:
-    """ex_wrapper's answer for an exception a handler let out, logged as the server logs it."""
-    code = 400 if isinstance(e, (InvalidRequest,)) else 500
+def from_exception(e: BaseException, server_build: int = 11312) -> JSONResponse:
+    """ex_wrapper's answer for an exception a handler let out, logged as the server logs it. From
+    b11434 ex_wrapper also catches `common_json_error` (nlohmann's parse and type errors: slotlab's
+    nljson.JsonError) as 400 invalid_request_error (server.cpp:65 there); the pin lets them be 500s."""
+    from slotlab.serve.nljson import JsonError
+
+    code = 400 if isinstance(e, InvalidRequest) or (server_build >= 11434 and isinstance(e, JsonError)) else 500
     err = {"error": body(code, str(e) or type(e).__name__)}
     if code == 500 and not isinstance(e, ServerError) and type(e).__module__ != "slotlab.serve.nljson":
         log.warning("got exception: %s", json.dumps(err), exc_info=e)
@@ -47,9 +51,10 @@ def from_exception(e: BaseException) -> JSONResponse:
     return JSONResponse(err, status_code=code)
 
 
-def wrap(handler):
-    """ex_wrapper for one route handler; first httplib's reading of the body, which happens once the
-    route matched and the key was accepted (slotlab.serve.wire.body_error: an empty 400 or 415)."""
+def wrap(handler, server_build: int = 11312):
+    """ex_wrapper for one route handler (of `server_build`'s rules); first httplib's reading of the
+    body, which happens once the route matched and the key was accepted (slotlab.serve.wire.body_error:
+    an empty 400 or 415)."""
     from slotlab.serve.wire import body_error
 
     async def route(request):
@@ -59,7 +64,7 @@ def wrap(handler):
         try:
             return await handler(request)
         except Exception as e:  # noqa: BLE001 - every exception becomes the server's JSON answer
-            return from_exception(e)
+            return from_exception(e, server_build)
     route.__name__ = getattr(handler, "__name__", "route")
     route.__doc__ = handler.__doc__
     return route

@@ -118,15 +118,18 @@ CAPS_DEFAULT = {"supports_object_arguments": False, "supports_parallel_tool_call
 MEDIA_MARKER = os.environ.get("LLAMA_MEDIA_MARKER") or f"<__media_{secrets.token_urlsafe(24)[:32]}__>"
 
 
-def models_json(name: str, aliases: list[str], tags: list[str], created: int, meta: dict) -> dict:
-    """get_res_models (SC:4527-4588): the Ollama-style `models` list and the OpenAI `data` list."""
+def models_json(name: str, aliases: list[str], tags: list[str], created: int, meta: dict,
+                server_build: int = 11312) -> dict:
+    """get_res_models (SC:4527-4588): the Ollama-style `models` list and the OpenAI `data` list. From
+    b11434 each model also says its modalities (`architecture`, text only here: slotlab has no mtmd)."""
+    arch = {"architecture": {"input_modalities": ["text"], "output_modalities": ["text"]}} if server_build >= 11434 else {}
     return {
         "models": [{"name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model",
                     "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
                     "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
                                 "parameter_size": "", "quantization_level": ""}}],
         "object": "list",
-        "data": [{"id": name, "aliases": aliases, "tags": tags, "object": "model", "created": created,
+        "data": [{"id": name, "aliases": aliases, "tags": tags, "object": "model", **arch, "created": created,
                   "owned_by": "llamacpp", "meta": meta}],
     }
 

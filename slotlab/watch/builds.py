@@ -103,13 +103,15 @@ NEWER: tuple[tuple[int, str], ...] = (
             "sizes are a few bytes larger than slotlab's, a byte-limit eviction within those bytes of the limit "
             "can go the other way, a slot file's n_written / n_read are larger, and slot files are not "
             "interchangeable with slotlab's (version 3)"),
-    (11434, "JSON type and parse errors of a request, an empty prompt and a bad prompt element answer 400 "
-            "(the pin: 500)"),
+    (11434, "JSON parse and type errors a route lets out (a body that is not JSON, /tokenize content or a slot "
+            "action's filename of the wrong type) answer 400 (the pin: 500)"),
     (11549, "its slot files carry the slot's context checkpoints (appended on save, restored with the state: "
             "docs/server-behaviour.md 5.4a), so a request after a restore reuses the prefix up to them; "
             "run slotlab with --server-build 11549 to follow it"),
     (11549, "a /completion body's message_delimiters are no longer read (message spans come from a chat "
             "session only), so raw completions get no checkpoints at user messages"),
+    (11549, "a /completion body's chat_format, generation_prompt, parse_tool_calls and chat_parser are ignored "
+            "(the pin checks them: a wrong type is a 400)"),
 )
 
 

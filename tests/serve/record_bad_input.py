@@ -333,26 +333,54 @@ def fuzz_main(slotlab: bool, missing: bool = False) -> int:
     return 0
 
 
+def golden_path(build: str = "pin") -> Path:
+    """Where the cases' answers of a build are kept (the pin's: golden_bad_input.json)."""
+    return OUT if build == "pin" else OUT.with_name(f"golden_bad_input_{build}.json")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slotlab", action="store_true", help="send the cases to `slotlab serve` (prints, writes nothing)")
+    ap.add_argument("--build", default="pin", choices=("pin", "b11434", "b11549"),
+                    help="record that build's llama-server (make llama-server-b11549) into golden_bad_input_BUILD.json; "
+                         "with --slotlab: slotlab serve --server-build of it")
     ap.add_argument("--fuzz", action="store_true", help="the HTTP-edge fuzz (tests/serve/fuzz_edge.py)")
     ap.add_argument("--missing", action="store_true", help="with --fuzz: record only what the golden lacks")
     args = ap.parse_args()
     if args.fuzz:
         return fuzz_main(args.slotlab, args.missing)
+    from bench.build_llama_server import server_binary
+
     d = tempfile.mkdtemp(prefix="bad-input-slots-")
-    command = slotlab_serve_command() if args.slotlab else None
-    with LlamaServer(default_model_path(), [*FLAGS, "--slot-save-path", d], command=command) as srv:
+    extra = [] if args.build == "pin" else ["--server-build", args.build.lstrip("b")]
+    if args.slotlab:
+        command = slotlab_serve_command()
+    elif args.build == "pin":
+        command = None
+    else:
+        binary = server_binary(args.build)
+        if binary is None:
+            raise SystemExit(f"llama-server {args.build} is not built: make llama-server-{args.build}")
+        command, extra = [str(binary)], []
+    with LlamaServer(default_model_path(), [*FLAGS, "--slot-save-path", d, *extra], command=command) as srv:
         results = run_cases(srv.url)
         after = health(srv.url)
     print("after:", after)
+    out = golden_path(args.build)
     if args.slotlab:
+        if out.exists():  # what differs from the recording
+            want = {c["name"]: c for c in json.loads(out.read_text())["cases"]}
+            for r in results:
+                w = want.get(r["name"])
+                if w is not None and (w["status"], w["response"]) != (r["status"], r["response"]):
+                    print(f"DIFF {r['name']}: server {w['status']} {json.dumps(w['response'])[:200]}\n"
+                          f"     slotlab {r['status']} {json.dumps(r['response'])[:200]}")
         return 0
-    OUT.write_text(json.dumps({"server": "llama-server (llama-cpp-python 0.3.36 vendor), --no-repack",
-                               "model": default_model_path().name, "flags": FLAGS, "cases": results,
-                               "after": after}, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {OUT}")
+    server = ("llama-server (llama-cpp-python 0.3.36 vendor), --no-repack" if args.build == "pin" else
+              f"llama-server {args.build} (make llama-server-{args.build}), --no-repack")
+    out.write_text(json.dumps({"server": server, "model": default_model_path().name, "flags": FLAGS,
+                               "cases": results, "after": after}, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {out}")
     return 0
 
 
