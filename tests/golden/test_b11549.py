@@ -90,3 +90,51 @@ def test_the_pins_rules_differ_where_slot_files_carry_checkpoints(model, model_o
             differ.append(name)
     assert len(differ) >= 10, f"only {differ} tell the builds apart"
     print("differ under the pin's rules:", differ)
+
+
+def _decisions(rows: list[dict]) -> list[tuple]:
+    """What the server decided per request (slot, cache_n, prompt_n, status; an action's status and
+    restored / saved length): no text, no byte counts (the state bodies' versions differ)."""
+    out = []
+    for r in rows:
+        if "action" in r:
+            rep = r.get("reply") or {}
+            out.append((r["action"], r["status"], rep.get("n_restored"), rep.get("n_saved"), rep.get("n_erased")))
+        else:
+            out.append((r["status"], r.get("id_slot"), r.get("cache_n"), r.get("prompt_n")))
+    return out
+
+
+def _pin_answers(name: str) -> list[dict] | None:
+    p = _trace_path(name).with_name(f"{name}.llama-server.json")
+    return json.loads(p.read_text())["results"] if p.exists() else None
+
+
+#: the recordings whose decisions b11549 made otherwise than the pin (from the two servers' answers)
+BUILDS_DIFFER = [n for n in RECORDED if n not in CANNOT_FOLLOW and _pin_answers(n) is not None
+                 and _decisions(_pin_answers(n)) != _decisions(json.loads((B / f"{n}.llama-server.json")
+                                                                           .read_text())["results"])]
+
+
+def test_some_recordings_tell_the_builds_apart():
+    assert len(BUILDS_DIFFER) >= 4, BUILDS_DIFFER
+
+
+@pytest.mark.parametrize("name", BUILDS_DIFFER)
+def test_b11549_trace_replays_on_the_real_context_under_its_rules(model_of, name):
+    """Where the two servers decided differently, slotlab's engine on a real llama_context (the pin's
+    library: state version 3, so the bodies are the pin's) under `--server-build 11549` decides as
+    b11549 did, request for request."""
+    from slotlab.engine.replay import replay
+    from tests.golden.trace_models import split_model
+
+    want = json.loads((B / f"{name}.llama-server.json").read_text())["results"]
+    trace = load_trace(_trace_path(name))
+    path, rest = split_model(trace.flags)
+    trace.flags = [*(["-m", str(path)] if path else []), *rest, "--no-slot-appendices", "--server-build", "11549"]
+    out = replay(trace)
+    try:
+        got = out["results"]
+    finally:
+        out["engine"].close()
+    assert _decisions(got) == _decisions(want)
