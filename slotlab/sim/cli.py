@@ -150,6 +150,8 @@ def simulate_main(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--events", help="also write the events as JSON lines (keeps every event in memory)")
     ap.add_argument("--all", action="store_true", help="print every request (default: the first 50)")
+    ap.add_argument("--no-bounds", action="store_true", help="leave out the ideal caches of the same memory "
+                    "(LRU, FIFO, optimal, infinite: slotlab.ideal) printed beside a trace with block ids")
     ap.add_argument("--why", action="store_true", help="explain every miss (its cause), what the client changed "
                     "between the calls of each conversation (session logs) and what a stable client would have "
                     "reused; every flag change named and every client fix is tested by running the whole trace "
@@ -216,7 +218,8 @@ def simulate_main(argv: list[str]) -> int:
             print("\n".join(sw.lines()))
         return 0
     res = simulate(trace, flags or None, speed=speed, profile=profile, vocab=vocab,
-                   progress=progress_bar(), keep_events=bool(args.events), fast=True, hindsight=False)
+                   progress=progress_bar(), keep_events=bool(args.events), fast=True, hindsight=False,
+                   bounds=not args.no_bounds)
     if args.events and res.engine is not None:
         res.engine.events.to_jsonl(args.events)
     doc = res.as_json()

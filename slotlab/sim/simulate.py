@@ -44,7 +44,7 @@ from slotlab.engine import event_types as T
 from slotlab.sim.fastforward import FastForward
 from slotlab.sim.paper_replay import paper_engine
 from slotlab.sim.speed import SpeedModel
-from slotlab.sim.traces import SimTrace, infinite_cache_bound
+from slotlab.sim.traces import SimTrace
 
 __all__ = ["SimResult", "simulate"]
 
@@ -96,7 +96,12 @@ class SimResult:
             f"prompt      {t['prompt_tokens']} tokens: {t['tokens_reused']} reused ({pct(t['tokens_reused'], t['prompt_tokens'])}),"
             f" {t['tokens_prefilled']} prefilled; generated {t['tokens_generated']}",
         ]
-        if t.get("infinite_cache_tokens") is not None:
+        if t.get("bounds") is not None:
+            from slotlab.ideal import Bounds
+
+            out += ["bound       " + ln if k == 0 else ln
+                    for k, ln in enumerate(Bounds.lines_of(t["bounds"], t["prompt_tokens"]))]
+        elif t.get("infinite_cache_tokens") is not None:
             out.append(f"bound       an infinite prefix cache could reuse {t['infinite_cache_tokens']} "
                        f"({pct(t['infinite_cache_tokens'], t['prompt_tokens'])})")
         ev = ", ".join(f"{k} {v}" for k, v in sorted(t["evictions"].items())) or "none"
@@ -159,14 +164,16 @@ def _fewer_gc_passes(fn):
 def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: SpeedModel, profile=None, vocab=None,
              progress: Callable[[int, int, float], None] | None = None, keep_events: bool = False,
              max_log: int = 20_000, fast: bool = True, listen: Callable | None = None,
-             observers: Sequence[Callable] = (), hindsight: bool = True) -> SimResult:
+             observers: Sequence[Callable] = (), hindsight: bool = True, bounds: bool = False) -> SimResult:
     """Run `trace` (its requests with arrivals) under llama-server `flags` (default: the trace's) on a
     paper memory for `profile` (default: the GGUF at -m / the default model), with step times from
     `speed`. `vocab` tokenizes text prompts. `fast`: fast-forward pure generation (fastforward.py;
     the same decisions and results, fewer `decode` / `slot_snapshot` events); `listen(event)` is
     subscribed to the engine's events before the first request; `observers` (e.g.
     `slotlab.explain.attach`) before its first event. `hindsight=False`: keep none of the facts only
-    explanations read (engine/hindsight.py; the same decisions, faster). Slot actions of a slotlab
+    explanations read (engine/hindsight.py; the same decisions, faster). `bounds`: with block ids
+    (Mooncake), what ideal prefix caches of the same memory would reuse (slotlab.ideal), in
+    `totals["bounds"]`. Slot actions of a slotlab
     trace run at their arrivals in a slot directory of the run's own (unless the flags name one), with
     the trace's input files installed there."""
     wall0 = time.perf_counter()
@@ -197,14 +204,14 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     try:
         return _simulate(trace, flags, run_flags, speed=speed, profile=profile, vocab=vocab, progress=progress,
                          keep_events=keep_events, max_log=max_log, fast=fast, listen=listen, observers=observers,
-                         hindsight=hindsight, wall0=wall0)
+                         hindsight=hindsight, wall0=wall0, bounds=bounds)
     finally:
         if slot_dir is not None:
             slot_dir.cleanup()
 
 
 def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_events, max_log, fast, listen,
-              observers, hindsight, wall0) -> SimResult:
+              observers, hindsight, wall0, bounds) -> SimResult:
     from slotlab.engine.params import ServerParams
 
     params = ServerParams.from_args(run_flags)
@@ -416,7 +423,20 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     ttfts = [d["ttft"] for d in ok if d["ttft"] is not None]
     reused = sum(d["cache_n"] for d in ok)
     prefilled = sum(d["prompt_n"] for d in ok)
-    bound, _ = infinite_cache_bound(trace)
+    ok_mask = [d["status"] == 200 and "action" not in d for d in results]
+    ideal = None
+    if trace.block:  # the infinite bound over the same requests as the totals (a failed one in neither)
+        from slotlab import ideal as I
+        from slotlab.ideal.policies import infinite
+
+        bound = infinite(I.slotlab_plan(reqs, trace.block), ok_mask).hit_tokens
+        if bounds:
+            kv = mem.n_ctx * mem.profile.bytes_per_token(params.cache_type_k, params.cache_type_v)
+            ram = float("inf") if params.cache_ram < 0 else params.cache_ram * 2**20
+            ideal = I.bounds(trace, ok_mask, kv + ram, mem.profile.bytes_per_token(params.cache_type_k,
+                                                                                  params.cache_type_v))
+    else:
+        bound = 0
     totals = {
         "n_requests": n - len(acts), "n_ok": len(ok), "n_errors": n - len(acts) - len(ok),
         "sim_seconds": round(clock[0], 6), "wall_seconds": round(time.perf_counter() - wall0, 3),
@@ -432,6 +452,8 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         "fast_forward_steps": ff.n_steps if ff is not None else 0,
         "fast_forwards": ff.n_bulk if ff is not None else 0,
     }
+    if ideal is not None:
+        totals["bounds"] = ideal.as_json()
     if acts:  # slot actions (slotlab traces): how many, and how many the server refused
         totals["n_actions"] = len(acts)
         totals["action_errors"] = sum(1 for d in acts if d["status"] != 200)

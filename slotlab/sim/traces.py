@@ -489,20 +489,14 @@ def load_sim_trace(path, *, limit: int | None = None, time_scale: float = 1.0, m
 
 
 def infinite_cache_bound(trace: SimTrace) -> tuple[int, int]:
-    """(tokens reusable if every prefix ever seen were kept, prompt tokens): per request, the leading
-    blocks whose prefix id appeared in an earlier request (Mooncake hash_ids). (0, 0) without ids."""
+    """(tokens reusable if every prefix ever seen were kept, prompt tokens) over every request: per
+    request, the leading blocks whose prefix appeared in an earlier request (Mooncake hash_ids; the
+    infinite cache of slotlab.ideal). (0, 0) without ids. `simulate` counts it over the requests
+    that succeeded, as its totals."""
     if not trace.block:
         return 0, 0
-    seen: set[int] = set()
-    hit = total = 0
-    for r in trace.requests:
-        k = 0
-        for h in r.hash_ids or ():
-            if h in seen:
-                k += 1
-            else:
-                break
-        hit += min(k * trace.block, r.n_prompt)
-        total += r.n_prompt
-        seen.update(r.hash_ids or ())
-    return hit, total
+    from slotlab.ideal import slotlab_plan
+    from slotlab.ideal.policies import infinite
+
+    r = infinite(slotlab_plan(trace.requests, trace.block))
+    return r.hit_tokens, r.total_tokens
