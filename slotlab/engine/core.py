@@ -582,6 +582,8 @@ class ServerCore:
         Runs after every step and fast-forward (~4 events per request step), so the bus is called
         directly with the slot's id and the task (what the Emitter would pass), each checkpoint's
         entry is its remembered `Checkpoint.summary()`, and each field is read once."""
+        if not self.emit.bus.wants(T.SLOT_SNAPSHOT):
+            return
         emit, snap, value = self.emit.bus.emit, T.SlotSnapshot, _STATE_VALUE
         for s in self.slots:
             task, st, ck, n = s.task, s.stats, s.checkpoints, len(s.tokens)

@@ -134,6 +134,9 @@ class EventBus:
         self._n = 0
         self._t0 = time.perf_counter()
         self._lock = threading.Lock()
+        # the kinds anyone reads (None: all). A simulation whose only reader folds a few kinds sets it
+        # (slotlab.sim.simulate): the other events are numbered but neither built nor logged
+        self.only: frozenset | None = None
         self.max_log = max_log
         self.trim_chunk = max(1, trim_chunk if trim_chunk is not None else (max_log or 0) // 50)
         self.log: list[Event] = []
@@ -151,6 +154,11 @@ class EventBus:
         self._boxes: dict[str, collections.OrderedDict] = {r.name: collections.OrderedDict() for r in _types.RETAIN}
         self._held: dict[int, list] = {}  # seq -> [event, number of rules holding it]
         self._tl = threading.local()  # per emitting thread: events waiting for the current delivery to end
+
+    def wants(self, kind: str) -> bool:
+        """Whether an event of `kind` would be logged and delivered (see `only`): a producer whose
+        payload is costly to build asks first."""
+        return self.only is None or kind in self.only
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call `fn(event)` for every future event; returns the unsubscribe function."""
@@ -179,6 +187,10 @@ class EventBus:
         (no copy per event), and the per-thread queue of derived events is a list made only when a
         delivery starts; the event being emitted is delivered directly, the queue holds the derived
         ones."""
+        only = self.only
+        if only is not None and payload.KIND not in only:
+            self._n += 1  # numbered as if logged: the seqs of the events that are kept do not change
+            return None
         with self._lock:
             ev = _new_event(self._n, time.perf_counter() - self._t0, payload.KIND, level, message, slot, task, payload)
             self._n += 1

@@ -254,6 +254,10 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     eng.events.subscribe(on_event)
     if listen is not None:
         eng.events.subscribe(listen)
+    if not keep_events and listen is None and not observers and not hindsight:
+        # nobody reads the other events (no log kept, no listener, no explainer, no hindsight): only
+        # the kinds on_event folds are built; the decisions do not read events
+        eng.events.only = frozenset({T.TASK_LAUNCHED, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR})
     pending_first: dict[int, _Rec] = {}
 
     def on_token(task, tok) -> None:
@@ -429,12 +433,12 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         from slotlab import ideal as I
         from slotlab.ideal.policies import infinite
 
-        bound = infinite(I.slotlab_plan(reqs, trace.block), ok_mask).hit_tokens
         if bounds:
-            kv = mem.n_ctx * mem.profile.bytes_per_token(params.cache_type_k, params.cache_type_v)
+            bpt = mem.profile.bytes_per_token(params.cache_type_k, params.cache_type_v)
             ram = float("inf") if params.cache_ram < 0 else params.cache_ram * 2**20
-            ideal = I.bounds(trace, ok_mask, kv + ram, mem.profile.bytes_per_token(params.cache_type_k,
-                                                                                  params.cache_type_v))
+            ideal = I.bounds(trace, ok_mask, mem.n_ctx * bpt + ram, bpt)
+        bound = (ideal.reuse["infinite"] if ideal is not None else
+                 infinite(I.slotlab_plan(reqs, trace.block), ok_mask)).hit_tokens
     else:
         bound = 0
     totals = {

@@ -220,6 +220,14 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
         {"action": "restore", "id_slot": 1, "filename": "from_slotlab.bin"},
         req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
     ], "files": {"from_slotlab.bin": "../data/slotlab_sckp.bin"}}
+    # the reverse: a slot file written by the real b11549 server (state version 4, its SCKP appendix),
+    # restored by the pin (refused: another state version) and by b11549 (its own)
+    t["slot_file_from_b11549"] = {"flags": ["-np", "2", "-c", "4096"], "requests": [
+        {"action": "restore", "id_slot": 0, "filename": "from_b11549.bin"},
+        req(doc("lighthouses", 3) + " Which coast?", 3, id_slot=0),
+        {"action": "restore", "id_slot": 1, "filename": "from_b11549.bin"},
+        req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
+    ], "files": {"from_b11549.bin": "../data/b11549_saved.bin"}}
     # notebook 07's multi-tenant traffic on the server defaults (SWA): LCP similarity funnels tenants into
     # one slot, and with -sps 0 a RAM-cache load picks another tenant's conversation it cannot use
     system = "You are the support assistant of a bicycle shop. Policies: " + " ".join(

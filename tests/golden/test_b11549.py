@@ -32,6 +32,9 @@ CANNOT_FOLLOW = {
     # b11549's library writes and reads sequence state version 4; a version-3 file (the pin's, and every
     # file slotlab writes: its state body is the pin's library's) is refused there
     "slot_file_from_slotlab": "a version-3 slot file is refused by b11549's library",
+    # and the reverse: b11549's own file (state version 4) is read by b11549, refused by the pin's library,
+    # on which slotlab runs (the decisions after it cannot follow: the state is not there)
+    "slot_file_from_b11549": "a version-4 slot file (b11549's) is refused by the pin's library slotlab runs on",
 }
 
 
