@@ -81,6 +81,7 @@ class ChatTemplate:
         if path and not override:
             override = Path(path).read_text(encoding="utf-8")
         self.prefill_assistant = bool(getattr(p, "prefill_assistant", True))
+        self.server_build = int(getattr(p, "server_build", 11312) or 11312)  # whose request rules (b11549: stricter)
         self.kwargs = _kwargs_from_params(getattr(p, "default_template_kwargs", None)
                                           or getattr(p, "chat_template_kwargs", None))
         # common_params_parse: preserve_reasoning defaults to on unless given
@@ -144,7 +145,8 @@ class ChatTemplate:
         """The prompt for a chat request body, as `/apply-template` answers it; `now` (epoch seconds)
         fixes the clock the template sees (date strings), else the current time."""
         inp = cr.parse_request(body, use_jinja=self.use_jinja, prefill_assistant=self.prefill_assistant,
-                               enable_thinking=self.enable_thinking, default_kwargs=self.kwargs)
+                               enable_thinking=self.enable_thinking, default_kwargs=self.kwargs,
+                               server_build=self.server_build)
         if not self.use_jinja:
             return self._apply_legacy(inp)
         return self._apply_jinja(inp, time.time() if now is None else now)

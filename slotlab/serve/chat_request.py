@@ -183,13 +183,17 @@ class ChatInputs:
     kwargs: dict = field(default_factory=dict)  # name -> JSON text, like chat_template_kwargs
 
 
-def _continuation(value) -> str:
+def _continuation(value, strict: bool = False) -> str:
+    """`continue_final_message`: the pin takes any other value as not continuing; b11549
+    (`common_chat_continuation_parse`, common/chat.cpp:591-608 there) refuses it (`strict`): 400."""
     if value is True:
         return AUTO
     if value == "reasoning_content":
         return REASONING
     if value == "content":
         return CONTENT
+    if strict and not (value is None or value is False):
+        raise ChatRequestError('Invalid continue_final_message: expected a boolean, "content" or "reasoning_content"')
     return NONE
 
 
@@ -209,8 +213,8 @@ def _check_media(content: list) -> None:
 
 
 def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enable_thinking: bool,
-                  default_kwargs: dict[str, str]) -> ChatInputs:
-    """The prompt-deciding part of `oaicompat_chat_params_parse`."""
+                  default_kwargs: dict[str, str], server_build: int = 11312) -> ChatInputs:
+    """The prompt-deciding part of `oaicompat_chat_params_parse` (of `server_build`'s rules)."""
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
     tool_choice = J.json_value(body, "tool_choice", "auto", J.get_str)  # not a string: "auto"
@@ -241,7 +245,8 @@ def parse_request(body: dict, *, use_jinja: bool, prefill_assistant: bool, enabl
         raise ChatRequestError(f"Invalid tool_choice: {tool_choice}")
     agp = body.get("add_generation_prompt", True)
     inp.add_generation_prompt = bool(agp) if agp is not None else True
-    inp.continue_final_message = _continuation(body["continue_final_message"]) if "continue_final_message" in body else NONE
+    inp.continue_final_message = (_continuation(body["continue_final_message"], server_build >= 11549)
+                                  if "continue_final_message" in body else NONE)
     msgs = inp.messages
     if inp.continue_final_message == NONE and prefill_assistant and msgs and msgs[-1].role == "assistant":
         if len(msgs) >= 2 and msgs[-2].role == "assistant":

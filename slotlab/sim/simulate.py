@@ -173,9 +173,8 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
     `slotlab.explain.attach`) before its first event. `hindsight=False`: keep none of the facts only
     explanations read (engine/hindsight.py; the same decisions, faster). `bounds`: with block ids
     (Mooncake), what ideal prefix caches of the same memory would reuse (slotlab.ideal), in
-    `totals["bounds"]`. Slot actions of a slotlab
-    trace run at their arrivals in a slot directory of the run's own (unless the flags name one), with
-    the trace's input files installed there."""
+    `totals["bounds"]`. Slot actions of a slotlab trace run at their arrivals in a slot directory of
+    the run's own (unless the flags name one), with the trace's input files installed there."""
     wall0 = time.perf_counter()
     if vocab is None:  # a session log brings the tokenizer its message delimiters need
         vocab = getattr(trace, "vocab", None)
@@ -323,14 +322,12 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         else:
             while i < n and reqs[i].arrival <= now:
                 i += 1
-        if waited is not None:
-            pass
-        elif not hold:
-            for j in range(i0, i):
-                post(j)
-        elif held or i > i0:
-            for j in _post_order(held, range(i0, i), sum(1 for s in core.slots if not s.is_processing)):
-                post(j)
+            if not hold:
+                for j in range(i0, i):
+                    post(j)
+            elif held or i > i0:
+                for j in _post_order(held, range(i0, i), sum(1 for s in core.slots if not s.is_processing)):
+                    post(j)
         busy = core.tq.pending() or any(s.is_processing for s in core.slots)
         if not busy:
             if i >= n:

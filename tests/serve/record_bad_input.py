@@ -170,6 +170,13 @@ CASES = [
     _c("chat max_tokens negative", "/v1/chat/completions", {"messages": CHAT, "max_tokens": -3}),
     _c("chat temperature string", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1, "temperature": "hot"}),
     _c("chat n zero", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1, "n": 0}),
+    # b11549 parses continue_final_message strictly (common_chat_continuation_parse): the pin ignores a bad one
+    _c("chat continue_final_message a word", "/v1/chat/completions",
+       {"messages": CHAT, "max_tokens": 1, "temperature": 0, "continue_final_message": "yes"},
+       compare=["object", "choices.0.finish_reason", "error"]),
+    _c("chat continue_final_message a number", "/v1/chat/completions",
+       {"messages": CHAT, "max_tokens": 1, "temperature": 0, "continue_final_message": 1},
+       compare=["object", "choices.0.finish_reason", "error"]),
     _c("chat stream string", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1, "stream": "x"}),
     _c("chat top_logprobs without logprobs", "/v1/chat/completions",
        {"messages": CHAT, "max_tokens": 1, "top_logprobs": 2}),
