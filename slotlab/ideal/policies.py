@@ -43,21 +43,21 @@ class Reuse:
         return self.hit_tokens / self.total_tokens if self.total_tokens else 0.0
 
 
-def _counted(plan: BlockPlan, measured, warmup: int):
-    n = plan.n_requests
-    return [r >= warmup and (measured is None or bool(measured[r])) for r in range(n)]
+def _counted(plan: BlockPlan, measured, warmup: int) -> tuple[list[bool], int]:
+    """(per request: is it counted, the prompt tokens of the counted requests)."""
+    count = [r >= warmup and (measured is None or bool(measured[r])) for r in range(plan.n_requests)]
+    return count, sum(plan.request_tokens(r) for r in range(plan.n_requests) if count[r])
 
 
 def infinite(plan: BlockPlan, measured: Sequence[bool] | None = None, warmup: int = 0) -> Reuse:
     """Every block ever seen kept: a request reuses its leading blocks seen before."""
     seen = bytearray(len(plan.parent))
-    count = _counted(plan, measured, warmup)
-    hit = total = 0
+    count, total = _counted(plan, measured, warmup)
+    hit = 0
     st, node, tok = plan.starts, plan.node, plan.tokens
     for r in range(plan.n_requests):
         a, b = st[r], st[r + 1]
         if count[r]:
-            total += plan.request_tokens(r)
             for i in range(a, b):
                 if not seen[node[i]]:
                     break
@@ -68,8 +68,7 @@ def infinite(plan: BlockPlan, measured: Sequence[bool] | None = None, warmup: in
 
 
 def fifo(plan: BlockPlan, capacity: int, measured: Sequence[bool] | None = None, warmup: int = 0) -> Reuse:
-    count = _counted(plan, measured, warmup)
-    total = sum(plan.request_tokens(r) for r in range(plan.n_requests) if count[r])
+    count, total = _counted(plan, measured, warmup)
     if capacity <= 0 or not plan.node:
         return Reuse("fifo", capacity, 0, total, False)
     cached = bytearray(len(plan.parent))
@@ -112,8 +111,7 @@ def trie(plan: BlockPlan, capacity: int, optimal: bool, measured: Sequence[bool]
          warmup: int = 0) -> Reuse:
     """LRU (`optimal` False) or Belady-optimal eviction of trie leaves (module docstring)."""
     name = "optimal" if optimal else "lru"
-    count = _counted(plan, measured, warmup)
-    total = sum(plan.request_tokens(r) for r in range(plan.n_requests) if count[r])
+    count, total = _counted(plan, measured, warmup)
     if capacity <= 0 or not plan.node:
         return Reuse(name, capacity, 0, total, False)
     nn = len(plan.parent)
@@ -136,6 +134,16 @@ def trie(plan: BlockPlan, capacity: int, optimal: bool, measured: Sequence[bool]
             version[n] += 1
             push(heap, (sign * key[n], -n, version[n], n))
 
+    def touch(n: int, i: int) -> None:
+        """Event i used node n: its key (optimal: the next use; LRU: a new clock value), as a leaf."""
+        nonlocal clock
+        if optimal:
+            key[n] = nxt[i]
+        else:
+            clock += 1
+            key[n] = clock
+        leaf(n)
+
     for r in range(plan.n_requests):
         a, b = st[r], st[r + 1]
         c = count[r]
@@ -145,12 +153,7 @@ def trie(plan: BlockPlan, capacity: int, optimal: bool, measured: Sequence[bool]
                 break
             if c:
                 hit += tok[i]
-            if optimal:
-                key[n] = nxt[i]
-            else:
-                clock += 1
-                key[n] = clock
-            leaf(n)
+            touch(n, i)
         mark += 1
         guard[0] = mark
         for i in range(a, b):
@@ -192,12 +195,7 @@ def trie(plan: BlockPlan, capacity: int, optimal: bool, measured: Sequence[bool]
                 present[n] = 1
                 size += 1
                 children[parent[n]] += 1
-                if optimal:
-                    key[n] = nxt[i]
-                else:
-                    clock += 1
-                    key[n] = clock
-                leaf(n)
+                touch(n, i)
                 if size >= capacity and r < warmup:
                     filled = True
             else:

@@ -191,15 +191,10 @@ def simulate(trace: SimTrace, flags: list[str] | str | None = None, *, speed: Sp
 
         slot_dir = tempfile.TemporaryDirectory(prefix="slotlab-sim-slots-")
         run_flags += ["--slot-save-path", slot_dir.name]
-    if trace.files:
-        import shutil
-        from pathlib import Path
+    if trace.files and "--slot-save-path" in run_flags:
+        from slotlab.engine.replay import install_files  # the trace's input files, as replay installs them
 
-        dest = run_flags[run_flags.index("--slot-save-path") + 1] if "--slot-save-path" in run_flags else None
-        if dest is not None:
-            base = Path(trace.path).parent if trace.path else Path.cwd()
-            for name, rel in trace.files.items():
-                shutil.copyfile(base / rel, Path(dest) / name)
+        install_files(trace, run_flags[run_flags.index("--slot-save-path") + 1])
     try:
         return _simulate(trace, flags, run_flags, speed=speed, profile=profile, vocab=vocab, progress=progress,
                          keep_events=keep_events, max_log=max_log, fast=fast, listen=listen, observers=observers,
@@ -405,9 +400,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         progress(n, n, clock[0])
     n_done += _answer_actions(actions, reqs, clock[0])
     for r in actions:  # never answered (cannot happen: the loop runs while a task is queued)
-        a = reqs[r.i].action
-        r.task = {"action": a["action"], "status": None, "id_slot": a.get("id_slot"), "cache_n": None,
-                  "prompt_n": None, "predicted_n": None, "error": "not answered by the end of the trace", "reply": None}
+        r.task = _action_row(reqs[r.i].action, None, "not answered by the end of the trace", None)
     results = []
     for r, q in zip(recs, reqs):
         s = r.task
@@ -497,22 +490,27 @@ def _answer_actions(actions: list, reqs, now: float) -> int:
         a = reqs[r.i].action
         r.launched = r.launched if r.launched is not None else now
         r.end = now
-        if t.error is not None:
-            r.task = {"action": a["action"], "status": t.error.code, "id_slot": a.get("id_slot"), "cache_n": None,
-                      "prompt_n": None, "predicted_n": None,
-                      "error": t.error.message if hasattr(t.error, "message") else str(t.error), "reply": None}
-        else:
-            r.task = {"action": a["action"], "status": 200, "id_slot": a.get("id_slot"), "cache_n": None,
-                      "prompt_n": None, "predicted_n": None, "error": None, "reply": dict(t.result)}
+        r.task = (_action_row(a, t.error.code, _error_text(t.error), None) if t.error is not None else
+                  _action_row(a, 200, None, dict(t.result)))
         k += 1
     return k
+
+
+def _action_row(a: dict, status, error, reply) -> dict:
+    """A slot action's result row: the action, its slot, status, error or reply (no token counts)."""
+    return {"action": a["action"], "status": status, "id_slot": a.get("id_slot"), "cache_n": None, "prompt_n": None,
+            "predicted_n": None, "error": error, "reply": reply}
+
+
+def _error_text(err) -> str:
+    return err.message if hasattr(err, "message") else str(err)
 
 
 def _summary(task) -> dict:
     """What the report keeps of a finished task (the task itself, with its prompt, is dropped)."""
     if task.error is not None:
         return {"status": task.error.code, "id_slot": None, "cache_n": None, "prompt_n": None, "predicted_n": None,
-                "error": task.error.message if hasattr(task.error, "message") else str(task.error)}
+                "error": _error_text(task.error)}
     res = task.result
     tm = res["timings"]
     return {"status": 200, "id_slot": res["id_slot"], "cache_n": tm["cache_n"], "prompt_n": tm["prompt_n"],

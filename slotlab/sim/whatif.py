@@ -326,15 +326,12 @@ def build_lines(runs: list[WhatIfRun]) -> list[str]:
         for r in rs[1:]:
             d = 100 * (r.reuse - base.reuse)
             fewer = base.tokens_prefilled - r.tokens_prefilled
+            than = f"b{base.setting[key]}{where}"
             verdict = (f"would reuse {d:.1f} percentage points more of the prompt tokens ({fewer:,} tokens fewer to "
-                       "prefill)" if fewer > 0 else
-                       f"would reuse {-d:.1f} percentage points less ({-fewer:,} tokens more to prefill)" if fewer < 0
-                       else None)
-            if verdict is None:
-                out.append(f"build: on this traffic b{r.setting[key]} would prefill the same tokens as "
-                           f"b{base.setting[key]}{where}")
-            else:
-                out.append(f"build: on this traffic b{r.setting[key]} {verdict} than b{base.setting[key]}{where}")
+                       f"prefill) than {than}" if fewer > 0 else
+                       f"would reuse {-d:.1f} percentage points less ({-fewer:,} tokens more to prefill) than {than}"
+                       if fewer < 0 else f"would prefill the same tokens as {than}")
+            out.append(f"build: on this traffic b{r.setting[key]} {verdict}")
     return out
 
 

@@ -151,6 +151,16 @@ class FlagTrial:
     def works(self) -> bool:
         return self.saved > 0 and not self.refuted
 
+    @classmethod
+    def of(cls, flags: list[str], r: "Run", base: "Run") -> "FlagTrial":
+        """The trial of a whole-session run `r` under `flags` against `base`: refuted where a call fails
+        that did not fail before."""
+        t = cls(flags, r.processed, base.processed - r.processed, r.per_call)
+        new_fail = r.failed - base.failed
+        if new_fail:
+            t.refuted = f"{len(new_fail)} call(s) fail under it"
+        return t
+
 
 @dataclass
 class ClientTrial:
@@ -249,11 +259,7 @@ def try_flags(sim, base: "Run", cands: Sequence[str], progress: Callable[[str], 
         except Exception as ex:  # noqa: BLE001 - a flag the server would refuse here: shown as refuted
             trials.append(FlagTrial(fl, base.processed, 0, refuted=f"{type(ex).__name__}: {ex}"))
             continue
-        t = FlagTrial(fl, r.processed, base.processed - r.processed, r.per_call)
-        new_fail = r.failed - base.failed
-        if new_fail:
-            t.refuted = f"{len(new_fail)} call(s) fail under it"
-        trials.append(t)
+        trials.append(FlagTrial.of(fl, r, base))
     return trials, list(cands[MAX_FLAGS:])
 
 
@@ -270,12 +276,7 @@ def try_builds(sim, base: "Run", progress: Callable[[str], None] | None = None) 
         if progress:
             progress(f"testing b{b}'s rules")
         fl = ["--server-build", str(b)]
-        r = sim.run(extra=fl)
-        t = FlagTrial(fl, r.processed, base.processed - r.processed, r.per_call)
-        new_fail = r.failed - base.failed
-        if new_fail:
-            t.refuted = f"{len(new_fail)} call(s) fail under it"
-        out.append(t)
+        out.append(FlagTrial.of(fl, sim.run(extra=fl), base))
     return cur, out
 
 

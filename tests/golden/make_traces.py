@@ -214,20 +214,19 @@ def checkpoint_and_file_traces() -> dict[str, dict]:
         req(p3 + " Which sails? Again.", 3, id_slot=0),
     ], "files": {"damaged.bin": "../data/damaged.bin", "not_a_slot.bin": "../data/not_a_slot.bin"}}
     # a slot file written by slotlab, with its SCKP appendix, restored by the real server
-    t["slot_file_from_slotlab"] = {"flags": ["-np", "2", "-c", "4096"], "requests": [
-        {"action": "restore", "id_slot": 0, "filename": "from_slotlab.bin"},
-        req(doc("lighthouses", 3) + " Which coast?", 3, id_slot=0),
-        {"action": "restore", "id_slot": 1, "filename": "from_slotlab.bin"},
-        req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
-    ], "files": {"from_slotlab.bin": "../data/slotlab_sckp.bin"}}
+    def restored(name: str, data: str) -> dict:
+        """A file saved elsewhere from the lighthouses prompt, restored into both slots, each continued."""
+        return {"flags": ["-np", "2", "-c", "4096"], "requests": [
+            {"action": "restore", "id_slot": 0, "filename": name},
+            req(doc("lighthouses", 3) + " Which coast?", 3, id_slot=0),
+            {"action": "restore", "id_slot": 1, "filename": name},
+            req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
+        ], "files": {name: f"../data/{data}"}}
+
+    t["slot_file_from_slotlab"] = restored("from_slotlab.bin", "slotlab_sckp.bin")
     # the reverse: a slot file written by the real b11549 server (state version 4, its SCKP appendix),
     # restored by the pin (refused: another state version) and by b11549 (its own)
-    t["slot_file_from_b11549"] = {"flags": ["-np", "2", "-c", "4096"], "requests": [
-        {"action": "restore", "id_slot": 0, "filename": "from_b11549.bin"},
-        req(doc("lighthouses", 3) + " Which coast?", 3, id_slot=0),
-        {"action": "restore", "id_slot": 1, "filename": "from_b11549.bin"},
-        req(doc("lighthouses", 2) + " Shorter.", 3, id_slot=1),
-    ], "files": {"from_b11549.bin": "../data/b11549_saved.bin"}}
+    t["slot_file_from_b11549"] = restored("from_b11549.bin", "b11549_saved.bin")
     # notebook 07's multi-tenant traffic on the server defaults (SWA): LCP similarity funnels tenants into
     # one slot, and with -sps 0 a RAM-cache load picks another tenant's conversation it cannot use
     system = "You are the support assistant of a bicycle shop. Policies: " + " ".join(
