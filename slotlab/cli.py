@@ -427,9 +427,13 @@ def cmd_whatif(argv: list[str]) -> int:
                                  "trace's flags).")
     ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl, or a slotlab trace .json "
                                   "(with arrival / output per request)")
-    ap.add_argument("--vary", action="append", required=True, metavar='"FLAG V1,V2,..."',
+    ap.add_argument("--vary", action="append", metavar='"FLAG V1,V2,..."',
                     help='a flag and its values, e.g. --vary "--cache-ram 0,4096,16384" (repeatable: the grid is '
                          "every combination)")
+    ap.add_argument("--proposals", action="store_true",
+                    help="instead of a grid: llama-server as built (the flags given), each proposed change to its "
+                         "rules (slotlab/proposals: open PRs, a newer build's rule) and the ideal caches of the same "
+                         "memory, priced on the trace")
     ap.add_argument("--budget-mib", type=float, help="RAM budget for the prompt cache: name the best setting whose "
                                                      "peak RAM cache stays within it")
     ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="ttft_p50",
@@ -451,6 +455,12 @@ def cmd_whatif(argv: list[str]) -> int:
     args, base = ap.parse_known_args(argv)
     from slotlab.sim.speed import SpeedModel
 
+    if args.proposals and args.vary:
+        ap.error("--proposals prices the changes to llama-server on the flags given: give it no --vary")
+    if not args.proposals and not args.vary:
+        ap.error("give --vary \"FLAG V1,V2\" (a grid of settings) or --proposals")
+    if args.proposals:
+        return _whatif_proposals(args, base)
     try:
         varies = [parse_vary(v) for v in args.vary]
     except ValueError as ex:
@@ -492,6 +502,41 @@ def cmd_whatif(argv: list[str]) -> int:
     if args.png:
         write_png(runs, args.png, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
         print(f"wrote {args.png}", file=sys.stderr)
+    return 0
+
+
+def _whatif_proposals(args, base: list[str]) -> int:
+    """`whatif --proposals`: slotlab.proposals.price runs it, slotlab.figures.proposals draws it."""
+    from slotlab.proposals import price as PR
+    from slotlab.sim.speed import SpeedModel
+    from slotlab.sim.traces import trace_kind
+
+    speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
+             else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
+    if not base and trace_kind(args.trace) == "slotlab":
+        base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
+    tty = sys.stderr.isatty()
+
+    def progress(i, total):
+        if tty or i == total:
+            print(f"\rwhatif --proposals: {i}/{total} runs", end="\n" if i == total else "", file=sys.stderr,
+                  flush=True)
+
+    rows = PR.price(args.trace, base, speed=speed, profile=args.profile, limit=args.limit,
+                    time_scale=args.time_scale, jobs=args.jobs, progress=progress, scheduler=args.scheduler)
+    if args.json:
+        print(json.dumps(PR.as_json(rows), indent=1))
+    else:
+        print("\n".join(PR.table_lines(rows)))
+    if args.html or args.png:
+        from slotlab.figures import proposals as F
+        title = f"slotlab whatif --proposals {Path(args.trace).name}"
+        if args.html:
+            F.write_html(rows, args.html, title=title)
+            print(f"wrote {args.html}", file=sys.stderr)
+        if args.png:
+            F.write_png(rows, args.png, title=title)
+            print(f"wrote {args.png}", file=sys.stderr)
     return 0
 
 

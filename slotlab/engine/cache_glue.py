@@ -82,7 +82,7 @@ class CacheGlue:
         size_tgt = mem.state_size(slot.id)
         size_dft = mem.state_size(slot.id, draft=True) if mem.info.has_draft else 0
         entry = self.cache.alloc(slot.tokens.view(), slot.checkpoints, size_tgt, size_dft, id_slot=slot.id,
-                                 id_task=slot.task_prev.id if slot.task_prev else -1)
+                                 id_task=slot.task_prev.id if slot.task_prev else -1, t_last=slot.t_last_used)
         self._report(slot, task)
         if entry is None:
             return False

@@ -44,6 +44,7 @@ from slotlab.engine.task_queue import TaskQueue, cancelled_error
 from slotlab.engine.tokens import as_tokens
 from slotlab.errors import ConfigError, SlotlabError
 from slotlab.memory import Batch, Memory, check_memory, require_seq_rm
+from slotlab.proposals import describe as describe_proposals
 
 log = logging.getLogger("slotlab.engine")
 
@@ -69,16 +70,27 @@ class ServerCore:
         self.cache: PromptCache | None = None
         if params.cache_ram != 0:
             kw = {"allocate": allocate} if allocate is not None else {}
-            self.cache = PromptCache.from_cache_ram(params.cache_ram, info.n_ctx, record=True, **kw)
+            # -kvcpc (proposal, PR #28046): the token limit moves from the whole cache to each entry
+            per_entry = params.kvcpc >= 0
+            self.cache = PromptCache.from_cache_ram(
+                params.cache_ram, 0 if per_entry else info.n_ctx, record=True, lru=params.cache_ram_lru,
+                limit_tokens_entry=(params.kvcpc or info.n_ctx_slot) if per_entry else 0, **kw)
         # what the server held and dropped lately, for explanations only (engine/hindsight.py); None:
         # nobody will ask why (the decisions are the same, slot_decision's held / lost stay None)
         self.hindsight = Hindsight(self.vocab) if hindsight else None
         self.glue = CacheGlue(self.cache, memory, self.emit, hindsight=self.hindsight)
         self.cache_idle_slots = params.cache_idle_slots_effective
+        # proposal no-sps-idle (PR #22083): no similarity selection with idle-slot caching or one slot
+        self.sps = params.slot_prompt_similarity
+        if params.has_proposal("no-sps-idle") and (self.cache_idle_slots or len(self.slots) == 1):
+            self.sps = 0.0
+        self.find_better = params.has_proposal("find-better")  # proposal find-better (PR #28992)
         self.checkpoints = CheckpointPolicy(memory, params.ctx_checkpoints, params.checkpoint_min_step, self.emit)
         self.spec = Speculative(memory, self.emit, params.draft_max, params.draft_min) if info.has_draft else None
         self.actions = SlotActions(memory, self.emit, params.slot_save_path, params.slot_appendices,
-                                   self.glue.prompt_clear, server_build=params.server_build,
+                                   self.glue.prompt_clear,
+                                   checkpoints_in_files=(params.server_build >= 11549
+                                                         or params.has_proposal("slot-file-checkpoints")),
                                    n_ctx_checkpoints=params.ctx_checkpoints)
         self.tq = TaskQueue(self.emit)
         self._t_last = -1
@@ -98,13 +110,15 @@ class ServerCore:
                  f"prompt cache is enabled, size limit: {lim}")
         else:
             emit(T.CacheInit(), "prompt cache is disabled - use `--cache-ram N` to enable it")
+        for line in describe_proposals(p):  # a proposal is a visible choice from the first event on
+            emit(T.Params(), line, level="INF")
         if p.cache_idle_slots and p.cache_ram == 0:
             emit(T.Params(), "--cache-idle-slots requires --cache-ram, disabling", level="WRN")
         if p.cache_reuse > 0 and not info.can_shift:
             emit(T.Params(), "cache_reuse is not supported by this context, it will be disabled", level="WRN")
         emit(T.Init(n_slots=len(self.slots), n_ctx_slot=self.n_ctx_slot, kv_unified=info.kv_unified, n_swa=self.n_swa,
                     cache_ram=p.cache_ram, flags=p.to_args(), draft=info.has_draft,
-                    sps=float(p.slot_prompt_similarity)),
+                    sps=float(self.sps)),
              f"initializing, n_slots = {len(self.slots)}, n_ctx_slot = {self.n_ctx_slot}, "
              f"kv_unified = '{'true' if info.kv_unified else 'false'}'", level="INF")
 
@@ -245,7 +259,7 @@ class ServerCore:
         if sel.id_requested != -1:
             emit(T.SlotSelectedById(), f"selected slot by id ({sel.id_requested})", level="INF",
                  slot=self.get_slot_by_id(sel.id_requested), task=task.id)
-        sps = np.float32(self.params.slot_prompt_similarity)
+        sps = np.float32(self.sps)
         for c in sel.checks:
             if c.skipped == "is_processing":
                 emit(T.SlotSkip(), " - skipping, is_processing = 1", slot=c.id_slot, task=task.id)
@@ -274,11 +288,17 @@ class ServerCore:
         slot_lcps = [s.tokens.get_common_prefix(task.tokens) for s in self.slots]  # shared by both scans
         held, lost = (None, None) if self.hindsight is None else self.hindsight.held(task.tokens, self.slots,
                                                                                      slot_lcps, self.cache)
-        sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.params.slot_prompt_similarity,
+        sel = get_available_slot(self.slots, task.tokens, task.params.id_slot, self.sps,
                                  lcps=slot_lcps)
         self._emit_selection(sel, task)
         ret = None if sel.id_slot is None else self.slots[sel.id_slot]
         update_cache = bool(sel.update_cache and self.cache is not None)
+        flipped = None
+        if not update_cache and self.find_better and ret is not None and self.cache is not None:
+            # proposal find-better (PR #28992): the cache is looked up when the slot keeps its context
+            # too, and updated when an entry would beat the slot by load()'s own rule
+            if self.cache.load(ret.tokens.view(), task.tokens, emit=False).entry is not None:
+                update_cache, flipped = True, "find-better"
         loaded = res = None
         if ret is not None and update_cache:
             self.emit(T.CacheUpdateBegin(), "updating prompt cache", task=task.id)
@@ -299,7 +319,8 @@ class ServerCore:
                                  checks=[(c.id_slot, c.skipped, c.lcp, c.f_sim) for c in sel.checks],
                                  f_keep_best=float(res.f_keep_best) if won else T.UNSET,
                                  f_sim_best=float(res.f_sim_best) if won else T.UNSET,
-                                 f_keep_base=float(res.f_keep_base) if won else T.UNSET),
+                                 f_keep_base=float(res.f_keep_base) if won else T.UNSET,
+                                 proposal=flipped or T.UNSET),
                   "", slot=ret.id if ret else -1, task=task.id)
         return ret
 

@@ -69,6 +69,8 @@ CACHE_UPDATE_END = "cache_update_end"
 CACHE_SAVE = "cache_save"
 CACHE_SKIP_DUPLICATE = "cache_skip_duplicate"
 CACHE_SKIP_OVER_LIMIT = "cache_skip_over_limit"
+CACHE_SKIP_ENTRY_LIMIT = "cache_skip_entry_limit"  # proposal kvcpc (PR #28046)
+CACHE_LRU_PLACED = "cache_lru_placed"  # proposal cache-ram-lru
 CACHE_EVICT = "cache_evict"
 CACHE_ALLOC_FAILED = "cache_alloc_failed"
 CACHE_LIMIT_REDUCED = "cache_limit_reduced"
@@ -498,6 +500,8 @@ class SlotDecision(SelectionEvent):
     """Winning entry's f_sim (only when `load` is True)."""
     f_keep_base: Optional[float] = UNSET
     """The slot's own f_keep it had to beat (only when `load` is True)."""
+    proposal: Optional[str] = UNSET
+    """The proposal (slotlab/proposals) that changed this decision, e.g. `find-better` set update_cache."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -587,6 +591,30 @@ class CacheSkipOverLimit(RamCacheEvent):
     """The byte limit."""
     n_tokens: int
     """Prompt length."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheSkipEntryLimit(RamCacheEvent):
+    """Proposal kvcpc (PR #28046, `-kvcpc N`): the prompt has more tokens than one entry may hold."""
+    KINDS = (CACHE_SKIP_ENTRY_LIMIT,)
+    n_tokens: int
+    """Prompt length."""
+    limit_tokens_entry: int
+    """The per-entry token limit (-kvcpc N, or one slot's context for 0)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLruPlaced(RamCacheEvent):
+    """Proposal cache-ram-lru: an entry placed by last use anywhere but at the back of the list."""
+    KINDS = (CACHE_LRU_PLACED,)
+    entry_id: int
+    """The entry (new, or refreshed by a save of a prompt it holds)."""
+    t_last: int
+    """When its prompt was last used (the slot's t_last_used)."""
+    position: int
+    """Its place in the list, 0 = the front (evicted first)."""
+    n_entries: int
+    """Entries in the list."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -387,6 +387,36 @@ def rules_of_build(build: int | None) -> tuple[int, str | None]:
     return b, (f"b{build} followed with the rules of b{b}, the newest build slotlab knows not after it "
                f"(changes after b{b} are not modelled)")
 _flag("server_build", "--server-build", _server_build)  # slotlab only
+
+
+def _kvcpc(s: str) -> int:
+    """-kvcpc N (PR #28046, a proposal): -1 legacy, 0 one slot's context, N tokens; below -1 refused."""
+    n = _int(s)
+    if n < -1:
+        raise V.BadValue(f"-kvcpc {s}: must be -1 (the aggregate limit), 0 (one slot's context) or a token count")
+    return n
+
+
+def _h_proposal(values, raws) -> None:
+    """--proposal NAME[,NAME]: the flagless proposals of slotlab/proposals (the others have flags)."""
+    from slotlab.proposals import FLAGLESS, PROPOSALS
+    names = list(filter(None, values.get("proposal", "").split(",")))
+    for n in (a.strip() for a in raws[0].split(",")):
+        if not n:
+            continue
+        if n not in PROPOSALS:
+            raise V.BadValue(f"--proposal {n}: slotlab knows the proposals {', '.join(PROPOSALS)}")
+        if n not in FLAGLESS:
+            raise V.BadValue(f"--proposal {n}: turned on by its own flag, {' '.join(PROPOSALS[n].args)}")
+        if n not in names:
+            names.append(n)
+    values["proposal"] = ",".join(sorted(names, key=list(PROPOSALS).index))
+
+
+# proposals (slotlab/proposals): the flags of patches/proposals' llama-server, and slotlab's --proposal
+_switch("cache_ram_lru", "--cache-ram-lru")
+_flag("kvcpc", "-kvcpc --kv-cache-prompt-context", _kvcpc)
+_flag("proposal", "--proposal", _Acc(_h_proposal))  # slotlab only
 FLAGS["-v"] = FLAGS["--verbose"] = FLAGS["--log-verbose"] = ("verbosity", 2**31 - 1)  # arg.cpp: INT_MAX (every line, DBG too)
 def _host(value: str) -> str:
     """arg.cpp --host: comma-separated addresses (parse_csv_row, each stripped, empties dropped); at least

@@ -64,6 +64,11 @@ class ServerParams:
     # slotlab only: the llama-server build whose rules to follow where builds differ (11312, the pin, by
     # default). 11549 keeps context checkpoints in slot files (its SCKP appendix, always on: slot_file.py).
     server_build: int = 11312
+    # proposals (slotlab/proposals/): changes to llama-server no flag of the pin makes. --cache-ram-lru and
+    # -kvcpc are the flags of the patched server (patches/proposals/); --proposal names the others
+    cache_ram_lru: bool = False  # --cache-ram-lru: RAM-cache entries ordered by last use
+    kvcpc: int = -1  # -kvcpc / --kv-cache-prompt-context (PR #28046): -1 aggregate token limit, 0 / N per entry
+    proposal: str = ""  # --proposal NAME[,NAME] (slotlab only), in registry order
     # the HTTP front (`slotlab serve`)
     host: str = "127.0.0.1"  # --host
     port: int = 8080  # --port
@@ -171,6 +176,14 @@ class ServerParams:
         """A draft context exists only for `--spec-type draft-simple` with `-md`: this llama-server
         loads `-md` alone but then reports "no implementations specified" and drops the context."""
         return bool(self.model_draft) and "draft-simple" in self.spec_type.split(",")
+
+    @property
+    def proposal_names(self) -> tuple[str, ...]:
+        """The flagless proposals `--proposal` turned on (see slotlab.proposals.active for all)."""
+        return tuple(filter(None, self.proposal.split(",")))
+
+    def has_proposal(self, name: str) -> bool:
+        return name in self.proposal_names
 
     @property
     def cache_idle_slots_effective(self) -> bool:

@@ -208,6 +208,9 @@ class CacheEntry:
     id_slot: int = -1
     id_task: int = -1
     created_at: float = 0.0
+    #: the t_last_used of the slot whose prompt it holds, when saved (refreshed when the same prompt is
+    #: saved again): the order of the `--cache-ram-lru` proposal (slotlab/proposals), unused otherwise
+    t_last: int = -1
     _size: Optional[int] = field(default=None, init=False, repr=False)
     _cache: Optional["PromptCache"] = field(default=None, init=False, repr=False)  # the cache holding it
 
@@ -302,11 +305,17 @@ class PromptCache:
         on_event: Optional[EventSink] = None,
         clock: Callable[[], float] = time.monotonic,
         record: bool = False,
+        lru: bool = False,
+        limit_tokens_entry: int = 0,
     ) -> None:
         if limit_size < 0 or limit_tokens < 0:
             raise ValueError("limit_size and limit_tokens are size_t: they cannot be negative")
         self.limit_size = int(limit_size)
         self.limit_tokens = int(limit_tokens)
+        #: proposals (slotlab/proposals): `lru` keeps the entries ordered by last use (--cache-ram-lru);
+        #: `limit_tokens_entry` > 0 refuses an entry of more tokens (-kvcpc, PR #28046)
+        self.lru = bool(lru)
+        self.limit_tokens_entry = int(limit_tokens_entry)
         self.allocate = allocate
         self.on_event = on_event
         self._records: Optional[list[CacheRecord]] = [] if record else None
@@ -440,6 +449,7 @@ class PromptCache:
         id_slot: int = -1,
         id_task: int = -1,
         created_at: Optional[float] = None,
+        t_last: int = -1,
     ) -> Optional[CacheEntry]:
         """Make room for and append a new entry for a slot's prompt; None when it is not cached.
 
@@ -448,7 +458,11 @@ class PromptCache:
         failed allocation the removals already done stay done, the byte limit drops permanently to
         40 % of what is left, and `update()` runs. The caller fills `main`/`drft` of the result.
 
-        Also emits the `prompt_save` line the server prints just before calling `alloc`."""
+        Also emits the `prompt_save` line the server prints just before calling `alloc`.
+
+        `t_last` is the saving slot's t_last_used: with `lru` (the --cache-ram-lru proposal) the entry is
+        placed among the others by it (and a duplicate save refreshes the entry holding the prompt), so
+        the evictions from the front take the least recently used; otherwise it is only recorded."""
         tokens = as_tokens(tokens)
         n_new = int(tokens.shape[0])
         size_tgt = int(size_tgt)
@@ -467,10 +481,20 @@ class PromptCache:
         # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
         for e in self.entries:
             if lcps[id(e)] == n_new:
+                if self.lru:
+                    self._touch(e, t_last)
                 self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
                            " - prompt is already in the cache, skipping",
                            entry=e, entry_id=e.id, n_tokens=n_new)
                 return None
+
+        # the -kvcpc proposal (PR #28046): a per-entry token limit in place of the aggregate one
+        if 0 < self.limit_tokens_entry < n_new:
+            self._emit(T.CACHE_SKIP_ENTRY_LIMIT, "WRN", "alloc",
+                       " - prompt with %d tokens exceeds the per-entry token limit %d, skipping"
+                       % (n_new, self.limit_tokens_entry),
+                       n_tokens=n_new, limit_tokens_entry=self.limit_tokens_entry)
+            return None
 
         # 2-3. a single entry larger than the whole budget would only flush the cache for nothing
         size_new = size_tgt + size_dft + sum(c.size() for c in checkpoints)
@@ -531,13 +555,47 @@ class PromptCache:
             id_slot=id_slot,
             id_task=id_task,
             created_at=self.clock() if created_at is None else float(created_at),
+            t_last=int(t_last),
         )
         self._next_id += 1
-        self.entries.append(entry)
+        if self.lru:
+            self._insert_by_last_use(entry)
+        else:
+            self.entries.append(entry)
         self._added(entry)
         self._emit(T.CACHE_ALLOC, "TRC", "alloc", "", entry=entry, entry_id=entry.id,
                    n_tokens=n_new, size=entry.size(), id_slot=id_slot, id_task=id_task)
         return entry
+
+    # -- the --cache-ram-lru proposal: entries ordered by last use ------------------------------
+
+    def _place_of(self, t_last: int) -> int:
+        """Before the first entry used later than `t_last` (equal ones keep their insertion order)."""
+        for i, e in enumerate(self.entries):
+            if e.t_last > t_last:
+                return i
+        return len(self.entries)
+
+    def _insert_by_last_use(self, entry: CacheEntry) -> None:
+        i = self._place_of(entry.t_last)
+        self.entries.insert(i, entry)
+        if i < len(self.entries) - 1:
+            self._emit(T.CACHE_LRU_PLACED, "TRC", "alloc",
+                       " - prompt cache LRU: entry with t_last = %d placed at %d of %d"
+                       % (entry.t_last, i, len(self.entries)),
+                       entry=entry, entry_id=entry.id, t_last=entry.t_last, position=i, n_entries=len(self.entries))
+
+    def _touch(self, entry: CacheEntry, t_last: int) -> None:
+        """A save of a prompt `entry` already holds: it was used at `t_last`, so it moves by it."""
+        entry.t_last = max(entry.t_last, int(t_last))
+        self.entries.remove(entry)
+        i = self._place_of(entry.t_last)
+        self.entries.insert(i, entry)
+        if i < len(self.entries) - 1:
+            self._emit(T.CACHE_LRU_PLACED, "TRC", "alloc",
+                       " - prompt cache LRU: entry with t_last = %d placed at %d of %d"
+                       % (entry.t_last, i, len(self.entries)),
+                       entry=entry, entry_id=entry.id, t_last=entry.t_last, position=i, n_entries=len(self.entries))
 
     # -- load (ST:1793-1868) ------------------------------------------------------------------
 

@@ -41,14 +41,15 @@ class SlotActions:
     erase leave the slot empty, as the server's)."""
 
     def __init__(self, memory: Memory, emit: Emitter, slot_save_path, appendices: bool, prompt_clear, *,
-                 server_build: int = 11312, n_ctx_checkpoints: int = 32):
+                 checkpoints_in_files: bool = False, n_ctx_checkpoints: int = 32):
         self.memory, self.emit = memory, emit
         self.dir = None if slot_save_path is None else Path(slot_save_path)
         self.appendices = appendices
         self.prompt_clear = prompt_clear
         # b11549 keeps the checkpoints in slot files itself (slot_file.read_checkpoints_b11549): always, with
-        # its own reading rules and log lines, the appendix counted in the answer's n_written / n_read
-        self.b11549 = server_build >= 11549
+        # its own reading rules and log lines, the appendix counted in the answer's n_written / n_read; the
+        # slot-file-checkpoints proposal gives an older build the same rule
+        self.b11549 = checkpoints_in_files
         self.n_ctx_checkpoints = n_ctx_checkpoints
 
     def run(self, slot, task) -> None:

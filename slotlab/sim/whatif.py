@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 from slotlab.units import cache_ram_bytes
 
-__all__ = ["WhatIfRun", "grid", "run_grid", "best", "table_lines", "CacheTimeline", "cache_timeline", "OBJECTIVES"]
+__all__ = ["WhatIfRun", "grid", "run_grid", "run_settings", "best", "table_lines", "CacheTimeline", "cache_timeline", "OBJECTIVES"]
 
 OBJECTIVES = {"ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "prefill": "tokens prefilled"}
 
@@ -138,7 +138,7 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
         if any(isinstance(r.prompt, str) for r in trace.requests):  # text prompts: the model's tokenizer
             vocab = _vocab(job["flags"] or trace.flags)
         res = simulate(trace, job["flags"], speed=speed, profile=profile, vocab=vocab,
-                       hindsight=False)  # no "why" is read
+                       hindsight=False, bounds=bool(job.get("bounds")))  # no "why" is read
         t = res.totals
         run.n_requests, run.n_errors = t["n_requests"], t["n_errors"]
         run.prompt_tokens, run.tokens_reused, run.tokens_prefilled = t["prompt_tokens"], t["tokens_reused"], t["tokens_prefilled"]
@@ -147,6 +147,8 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
         run.ttft_p50, run.ttft_p99, run.queue_wait_p50 = t["ttft_p50"], t["ttft_p99"], t["queue_wait_p50"]
         run.sim_seconds = t["sim_seconds"]
         run.extra = {"evictions": t["evictions"]}
+        if t.get("bounds") is not None:
+            run.extra["bounds"] = t["bounds"]
         run.extra["errors"] = dict(collections.Counter(f"{d['status']} {d['error']}" for d in res.results
                                                        if d["status"] != 200))  # what the failed requests got
         res.engine = None
@@ -244,10 +246,19 @@ def run_grid(trace: str, base: list[str], varies, *, speed, profile: str | None 
     """Simulate every setting of the grid; results in grid order. `scheduler`: a Dask scheduler's
     address (tcp://HOST:PORT) or a `dask.distributed.Client` to run the grid on instead of local
     processes (`jobs` is then the cluster's business)."""
+    return run_settings(trace, grid(base, varies), speed=speed, profile=profile, limit=limit, time_scale=time_scale,
+                        jobs=jobs, progress=progress, scheduler=scheduler)
+
+
+def run_settings(trace: str, settings: list[tuple[dict, list[str]]], *, speed, profile: str | None = None,
+                 limit: int | None = None, time_scale: float = 1.0, jobs: int | None = None, progress=None,
+                 scheduler=None, bounds_first: bool = False) -> list[WhatIfRun]:
+    """Simulate each (setting, flags) as `run_grid` does; `bounds_first`: the first run also computes
+    the ideal caches' bounds at its memory (slotlab.ideal, in `extra["bounds"]`)."""
     prof = _check_profile(profile)
-    settings = grid(base, varies)
     job_list = [{"setting": s, "flags": f, "trace": str(trace), "limit": limit, "time_scale": time_scale,
-                 "profile": profile, "speed": {k: v for k, v in asdict(speed).items()}} for s, f in settings]
+                 "profile": profile, "speed": {k: v for k, v in asdict(speed).items()},
+                 "bounds": bounds_first and i == 0} for i, (s, f) in enumerate(settings)]
     n = len(job_list)
     if scheduler is not None:
         if prof is not None:
