@@ -128,6 +128,7 @@ class Miss:
     saved: dict = field(default_factory=dict)  # flag change -> tokens it saved (tested, > 0 only)
     cost: dict = field(default_factory=dict)  # flag change -> what it costs (e.g. --swa-full: KV memory)
     not_tried: str = ""  # why the flag changes were not tried (when a counterfactual skipped this miss)
+    proposal: str = ""  # where no flag saved it: the change to llama-server (slotlab/proposals) that would
 
     def flags(self) -> list[str]:
         """The confirmed flag changes (best first)."""
@@ -150,6 +151,8 @@ class Miss:
             parts.append(NOT_TESTED)
         elif self.tested and self.candidates:
             parts.append("no flag change tried saved tokens")
+        if not fl and self.proposal:
+            parts.append(self.proposal)
         elif self.not_tried:
             parts.append(f"flag changes not tried ({self.not_tried})")
         parts += adv[:1]

@@ -74,7 +74,8 @@ class ServerCore:
             per_entry = params.kvcpc >= 0
             self.cache = PromptCache.from_cache_ram(
                 params.cache_ram, 0 if per_entry else info.n_ctx, record=True, lru=params.cache_ram_lru,
-                limit_tokens_entry=(params.kvcpc or info.n_ctx_slot) if per_entry else 0, **kw)
+                limit_tokens_entry=(params.kvcpc or info.n_ctx_slot) if per_entry else 0,
+                disk_limit=max(0, params.cache_disk) * 2**20, **kw)
         # what the server held and dropped lately, for explanations only (engine/hindsight.py); None:
         # nobody will ask why (the decisions are the same, slot_decision's held / lost stay None)
         self.hindsight = Hindsight(self.vocab) if hindsight else None

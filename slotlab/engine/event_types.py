@@ -71,6 +71,9 @@ CACHE_SKIP_DUPLICATE = "cache_skip_duplicate"
 CACHE_SKIP_OVER_LIMIT = "cache_skip_over_limit"
 CACHE_SKIP_ENTRY_LIMIT = "cache_skip_entry_limit"  # proposal kvcpc (PR #28046)
 CACHE_LRU_PLACED = "cache_lru_placed"  # proposal cache-ram-lru
+CACHE_DISK_WRITE = "cache_disk_write"  # proposal cache-disk (PR #28092)
+CACHE_DISK_EVICT = "cache_disk_evict"
+CACHE_DISK_LOAD = "cache_disk_load"
 CACHE_EVICT = "cache_evict"
 CACHE_ALLOC_FAILED = "cache_alloc_failed"
 CACHE_LIMIT_REDUCED = "cache_limit_reduced"
@@ -615,6 +618,20 @@ class CacheLruPlaced(RamCacheEvent):
     """Its place in the list, 0 = the front (evicted first)."""
     n_entries: int
     """Entries in the list."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheDisk(RamCacheEvent):
+    """Proposal cache-disk (PR #28092): an entry the RAM limits evicted is written to the disk tier
+    (`cache_disk_write`), dropped from it to make room (`cache_disk_evict`), or read back from it into a
+    slot (`cache_disk_load`, the load's winner)."""
+    KINDS = (CACHE_DISK_WRITE, CACHE_DISK_EVICT, CACHE_DISK_LOAD)
+    entry_id: int
+    """The entry."""
+    n_tokens: int
+    """Its prompt length."""
+    size: int
+    """Its bytes on disk."""
 
 
 @dataclass(frozen=True, kw_only=True)

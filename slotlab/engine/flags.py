@@ -417,6 +417,8 @@ def _h_proposal(values, raws) -> None:
 _switch("cache_ram_lru", "--cache-ram-lru")
 _flag("kvcpc", "-kvcpc --kv-cache-prompt-context", _kvcpc)
 _flag("proposal", "--proposal", _Acc(_h_proposal))  # slotlab only
+_flag("cache_disk", "--cache-disk", _int)  # PR #28092's disk tier, MiB (0: none)
+_flag("cache_disk_bandwidth", "--cache-disk-bandwidth", _int)  # slotlab only: its read MB/s, for pricing
 FLAGS["-v"] = FLAGS["--verbose"] = FLAGS["--log-verbose"] = ("verbosity", 2**31 - 1)  # arg.cpp: INT_MAX (every line, DBG too)
 def _host(value: str) -> str:
     """arg.cpp --host: comma-separated addresses (parse_csv_row, each stripped, empties dropped); at least

@@ -69,6 +69,8 @@ class ServerParams:
     cache_ram_lru: bool = False  # --cache-ram-lru: RAM-cache entries ordered by last use
     kvcpc: int = -1  # -kvcpc / --kv-cache-prompt-context (PR #28046): -1 aggregate token limit, 0 / N per entry
     proposal: str = ""  # --proposal NAME[,NAME] (slotlab only), in registry order
+    cache_disk: int = 0  # --cache-disk MiB (PR #28092): a disk tier below the RAM cache; 0 none
+    cache_disk_bandwidth: int = 2000  # --cache-disk-bandwidth MB/s: what a read from it costs (pricing only)
     # the HTTP front (`slotlab serve`)
     host: str = "127.0.0.1"  # --host
     port: int = 8080  # --port

@@ -244,6 +244,9 @@ class CacheEntry:
 
 
 _SIZED = frozenset(("main", "drft", "checkpoints"))
+#: the RAM evictions whose entry goes to the disk tier (cache-disk proposal): the limits', not a hit's
+#: ("loaded"), a superseded prefix's ("obsolete_prefix") or the lab's clear ("cleared")
+_TO_DISK = frozenset(("make_room", "byte_limit", "token_limit", "shrink"))
 
 
 @dataclass(frozen=True)
@@ -307,6 +310,7 @@ class PromptCache:
         record: bool = False,
         lru: bool = False,
         limit_tokens_entry: int = 0,
+        disk_limit: int = 0,
     ) -> None:
         if limit_size < 0 or limit_tokens < 0:
             raise ValueError("limit_size and limit_tokens are size_t: they cannot be negative")
@@ -316,6 +320,12 @@ class PromptCache:
         #: `limit_tokens_entry` > 0 refuses an entry of more tokens (-kvcpc, PR #28046)
         self.lru = bool(lru)
         self.limit_tokens_entry = int(limit_tokens_entry)
+        #: the cache-disk proposal (PR #28092): entries the limits push out of RAM go to a disk tier of
+        #: `disk_limit` bytes (FIFO too), and `load` looks there after RAM; 0 = no disk tier (the server)
+        self.disk_limit = int(disk_limit)
+        self.disk: list[CacheEntry] = []
+        self._disk_bytes = 0
+        self._disk_size: dict[int, int] = {}  # entry id -> its bytes when written (a restore frees `main`)
         self.allocate = allocate
         self.on_event = on_event
         self._records: Optional[list[CacheRecord]] = [] if record else None
@@ -436,6 +446,42 @@ class PromptCache:
         self._removed(e)
         self._emit(T.CACHE_EVICT, level, func, message, reason=reason, entry=e, entry_id=e.id,
                    n_tokens=e.n_tokens(), size=e.size())
+        if self.disk_limit > 0 and reason in _TO_DISK:
+            self._to_disk(e)
+
+    # -- the cache-disk proposal (PR #28092): a disk tier below RAM --------------------------------
+
+    def _to_disk(self, e: CacheEntry) -> None:
+        """An entry the RAM limits pushed out is written to the disk tier (its oldest make room)."""
+        size = e.size()
+        if size > self.disk_limit:
+            return
+        while self.disk and self._disk_bytes + size > self.disk_limit:
+            old = self.disk.pop(0)
+            n = self._disk_size.pop(old.id)
+            self._disk_bytes -= n
+            self._emit(T.CACHE_DISK_EVICT, "WRN", "disk", " - disk cache: removing oldest entry (size = %.3f MiB)"
+                       % (n / MIB), entry=old, entry_id=old.id, n_tokens=old.n_tokens(), size=n)
+        self.disk.append(e)
+        self._disk_size[e.id] = size
+        self._disk_bytes += size
+        self._emit(T.CACHE_DISK_WRITE, "TRC", "disk", " - disk cache: wrote entry of %d tokens (%.3f MiB)"
+                   % (e.n_tokens(), size / MIB), entry=e, entry_id=e.id, n_tokens=e.n_tokens(), size=size)
+
+    def disk_size(self) -> int:
+        return self._disk_bytes
+
+    def _best_on_disk(self, tokens_new: np.ndarray, f_keep_best, f_sim_best):
+        """`load`'s rule continued over the disk tier after RAM: an entry there wins only if strictly
+        better on both than the best so far (RAM is scanned first: a tie stays in RAM)."""
+        best = None
+        n_new = int(tokens_new.shape[0])
+        for e in self.disk:
+            lcp = common_prefix(e.tokens, tokens_new)
+            f_keep, f_sim = f32_ratio(lcp, e.n_tokens()), f32_ratio(lcp, n_new)
+            if not f_keep < F_KEEP_FLOOR and f_keep_best < f_keep and f_sim_best < f_sim:
+                best, f_keep_best, f_sim_best = e, f_keep, f_sim
+        return best, f_keep_best, f_sim_best
 
     # -- alloc (ST:1711-1791) -----------------------------------------------------------------
 
@@ -644,6 +690,10 @@ class PromptCache:
                 f_keep_best, f_sim_best, best = f_keep, f_sim, e
             scores.append(EntryScore(e, n_e, lcp, f_keep, f_sim, below, improved))
 
+        if self.disk:
+            on_disk, fk, fs = self._best_on_disk(tokens_new, f_keep_best, f_sim_best)
+            if on_disk is not None:
+                best, f_keep_best, f_sim_best = on_disk, fk, fs
         scores = [dataclasses.replace(s, winner=True) if s.entry is best and best is not None else s
                   for s in scores]
         result = LoadResult(best, lcp_base, f_keep_base, f_sim_base, f_keep_best, f_sim_best,
@@ -722,6 +772,15 @@ class PromptCache:
 
     def take(self, entry: CacheEntry) -> CacheEntry:
         """Remove `entry` from the cache and return it (remove-on-load: a hit is never kept)."""
+        for i, e in enumerate(self.disk):  # the disk tier's: read back (it left RAM's totals already)
+            if e is entry:
+                del self.disk[i]
+                n = self._disk_size.pop(entry.id)
+                self._disk_bytes -= n
+                self._emit(T.CACHE_DISK_LOAD, "TRC", "load", " - disk cache: read entry of %d tokens (%.3f MiB)"
+                           % (entry.n_tokens(), n / MIB), entry=entry, entry_id=entry.id,
+                           n_tokens=entry.n_tokens(), size=n)
+                return entry
         for i, e in enumerate(self.entries):
             if e is entry:
                 del self.entries[i]

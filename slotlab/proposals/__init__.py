@@ -72,6 +72,16 @@ PROPOSALS: dict[str, Proposal] = {p.name: p for p in (
         "every conversation --cache-ram allows; an entry above N tokens is not saved",
         verified=True),
     Proposal(
+        "cache-disk", "a disk tier below the RAM cache",
+        "PR #28092", "https://github.com/ggml-org/llama.cpp/pull/28092",
+        "tools/server/server-task.cpp: server_prompt_cache::update, alloc (evictions), load (look-up)",
+        ("--cache-disk", "65536"),
+        "--cache-disk MiB: an entry the RAM cache's limits evict is written to a disk tier of that size (its "
+        "oldest dropped to make room) and load() looks there after RAM with the same f_keep / f_sim rule; a "
+        "read costs its bytes at --cache-disk-bandwidth MB/s (2000 by default), counted against the prefill "
+        "it saves (the simulated TTFT does not include it). The PR's own rules are not public here: this is "
+        "slotlab's reading of it"),
+    Proposal(
         "find-better", "look the RAM cache up when the chosen slot keeps its context (issues #28139, #28276)",
         "PR #28992", "https://github.com/ggml-org/llama.cpp/pull/28992",
         "tools/server/server-context.cpp: get_available_slot (update_cache); server-task.cpp: "
@@ -124,6 +134,8 @@ def active(params) -> list[Proposal]:
         on.add("cache-ram-lru")
     if getattr(params, "kvcpc", -1) >= 0:
         on.add("kvcpc")
+    if getattr(params, "cache_disk", 0) > 0:
+        on.add("cache-disk")
     return [p for n, p in PROPOSALS.items() if n in on]
 
 

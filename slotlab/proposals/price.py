@@ -74,11 +74,18 @@ def rows_of(runs, speed) -> list[PricedRow]:
                                   error=r.error, args=p.args))
             continue
         same = r.prompt_tokens == base.prompt_tokens
+        notes = [] if same else ["other requests failed: its totals count other requests"]
+        secs = saved(r.tokens_prefilled)
+        read = r.extra.get("disk_read_bytes", 0)
+        if read:  # the disk tier's reads cost time the prefill saved must pay for
+            from slotlab.engine.params import ServerParams
+            bw = ServerParams.from_args(list(r.flags)).cache_disk_bandwidth
+            secs -= read / (bw * 1e6)
+            notes.append(f"{read / 2**30:.1f} GiB read from disk at {bw} MB/s, counted")
         rows.append(PricedRow(p.name, "proposal", p.origin, r.tokens_reused, r.tokens_prefilled, r.prompt_tokens,
                               verified=p.verified, peak_cache_bytes=r.peak_cache_bytes,
-                              prefill_seconds_saved=saved(r.tokens_prefilled), ttft_p50=r.ttft_p50,
-                              n_errors=r.n_errors, args=p.args,
-                              note="" if same else "other requests failed: its totals count other requests"))
+                              prefill_seconds_saved=secs, ttft_p50=r.ttft_p50,
+                              n_errors=r.n_errors, args=p.args, note="; ".join(notes)))
     b = base.extra.get("bounds")
     if b:
         gib = b.get("budget_gib")  # None: no byte limit (--cache-ram -1), the ideal caches are infinite too
@@ -122,14 +129,17 @@ def table_lines(rows: list[PricedRow]) -> list[str]:
                    f"{r.prefill_seconds_saved:>12,.1f}s {ram:>9}  {status}" + (f" ({r.note})" if r.note else ""))
     if not any(r.kind == "ideal" for r in rows):
         out.append("ideal caches: this trace has no block ids (Mooncake hash_ids), so no ideal bound is computed")
-    best = max((r for r in rows if r.kind == "proposal" and not r.error), key=lambda r: r.reused, default=None)
+    props = [r for r in rows if r.kind == "proposal" and not r.error]
+    best = max(props, key=lambda r: (r.prefill_seconds_saved, r.reused), default=None)
     built = rows[0]
-    if best is not None and best.reused > built.reused:
+    if best is not None and best.prefill_seconds_saved > 0:
         out.append(f"best change to llama-server here: {best.name} ({best.origin}, "
                    f"{'verified' if best.verified else 'unverified'}): {best.reused - built.reused:,} tokens more "
                    f"reused, {best.prefill_seconds_saved:,.1f} s of prefill saved")
     elif best is not None:
-        out.append("no proposal reuses more than llama-server as built on this traffic")
+        more = [r.name for r in props if r.reused > built.reused]
+        out.append("no proposal saves prefill time over llama-server as built on this traffic" + (
+            f" ({', '.join(more)} reuse more tokens, at a cost that outweighs them)" if more else ""))
     return out
 
 

@@ -226,6 +226,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     clears: Counter = Counter()
     clock = [0.0]
     peak = [0]
+    disk = [0, 0]  # entries, bytes read back from the cache-disk proposal's tier
     just_launched: list[_Rec] = []
 
     def on_event(ev) -> None:
@@ -241,6 +242,9 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
                 peak[0] = sz
         elif k == T.CACHE_EVICT:
             evictions[ev.payload.reason] += 1
+        elif k == T.CACHE_DISK_LOAD:  # the cache-disk proposal: what came back from the disk tier
+            disk[0] += 1
+            disk[1] += ev.payload.size
         elif k == T.SLOT_CLEAR:
             if ev.payload.n_tokens > 0:
                 clears[ev.payload.reason] += 1
@@ -251,7 +255,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     if not keep_events and listen is None and not observers and not hindsight:
         # nobody reads the other events (no log kept, no listener, no explainer, no hindsight): only
         # the kinds on_event folds are built; the decisions do not read events
-        eng.events.only = frozenset({T.TASK_LAUNCHED, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR})
+        eng.events.only = frozenset({T.TASK_LAUNCHED, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_DISK_LOAD})
     pending_first: dict[int, _Rec] = {}
 
     def on_token(task, tok) -> None:
@@ -439,6 +443,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         "infinite_cache_tokens": bound if trace.block else None,
         "evictions": dict(evictions), "slot_clears": dict(clears),
         "peak_cache_bytes": max(alloc.peak_bytes, peak[0]),
+        "disk_reads": disk[0], "disk_read_bytes": disk[1],
         "queue_wait_p50": _pct(waits, 50), "queue_wait_p99": _pct(waits, 99),
         "ttft_p50": _pct(ttfts, 50), "ttft_p99": _pct(ttfts, 99),
         "speed": speed.source or f"t_fixed {speed.t_fixed:g} s, t_token {speed.t_token:g} s",

@@ -146,7 +146,7 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
         run.peak_cache_bytes = t["peak_cache_bytes"]
         run.ttft_p50, run.ttft_p99, run.queue_wait_p50 = t["ttft_p50"], t["ttft_p99"], t["queue_wait_p50"]
         run.sim_seconds = t["sim_seconds"]
-        run.extra = {"evictions": t["evictions"]}
+        run.extra = {"evictions": t["evictions"], "disk_read_bytes": t.get("disk_read_bytes", 0)}
         if t.get("bounds") is not None:
             run.extra["bounds"] = t["bounds"]
         run.extra["errors"] = dict(collections.Counter(f"{d['status']} {d['error']}" for d in res.results

@@ -184,6 +184,7 @@ class Advice:
     n_runs: int = 0
     builds: list[FlagTrial] = field(default_factory=list)  # each newer build's rules over the session
     build: int = 11312  # the build whose rules the session ran under (its --server-build)
+    proposals: list[FlagTrial] = field(default_factory=list)  # each proposal (slotlab/proposals) over it
 
     def lines(self) -> list[str]:
         pct = lambda n: f"{100 * n / self.processed:.1f} %" if self.processed else "-"  # noqa: E731
@@ -214,6 +215,17 @@ class Advice:
             else:
                 out.append(f"upgrade: on this session b{b} would prefill the same tokens as b{self.build} (tested: "
                            f"--server-build {b}; what it changes does not touch this traffic)")
+        for t in self.proposals:
+            p = proposal_of(t.flags)
+            if t.refuted:
+                out.append(f"proposal: {p.label()} was tried, not advice ({t.refuted})")
+            elif t.saved > 0:
+                out.append(f"proposal: {p.label()} would prefill {t.saved} tokens fewer ({pct(t.saved)}; tested: the "
+                           f"whole session run again with {' '.join(t.flags)}; a change to llama-server, not a flag "
+                           f"of this build)")
+        if self.proposals and not any(t.saved > 0 and not t.refuted for t in self.proposals):
+            out.append(f"proposals: none of the {len(self.proposals)} changes to llama-server slotlab knows would "
+                       "prefill fewer tokens on this session")
         if not good and not any(t.works for t in self.client):
             out.append("no change tried saved tokens over the session")
         if self.left_out:
@@ -228,7 +240,10 @@ class Advice:
                             "works": t.works} for t in self.client],
                 "left_out": list(self.left_out), "runs": self.n_runs, "build": self.build,
                 "builds": [{"build": int(t.flags[-1]), "processed": t.processed, "saved": t.saved,
-                            "refuted": t.refuted} for t in self.builds]}
+                            "refuted": t.refuted} for t in self.builds],
+                "proposals": [{"name": proposal_of(t.flags).name, "origin": proposal_of(t.flags).origin,
+                               "verified": proposal_of(t.flags).verified, "processed": t.processed,
+                               "saved": t.saved, "refuted": t.refuted} for t in self.proposals]}
 
 
 def candidates(misses) -> list[str]:
@@ -280,6 +295,50 @@ def try_builds(sim, base: "Run", progress: Callable[[str], None] | None = None) 
     return cur, out
 
 
+def proposal_of(flags: Sequence[str]):
+    """The proposal a trial's flags turn on (the trial was made from its `args`)."""
+    from slotlab.proposals import PROPOSALS
+
+    return next(p for p in PROPOSALS.values() if list(p.args) == list(flags))
+
+
+def try_proposals(sim, base: "Run", progress: Callable[[str], None] | None = None) -> list[FlagTrial]:
+    """Each modelled proposal (slotlab/proposals) run over the whole session, the build's rules
+    everywhere else: what a change to llama-server itself would save where no flag does."""
+    from slotlab.proposals import PROPOSALS
+
+    out = []
+    ps = [p for p in PROPOSALS.values() if p.modelled]
+    for n, p in enumerate(ps):
+        if progress:
+            progress(f"testing proposal {p.name} ({n + 1}/{len(ps)})")
+        fl = list(p.args)
+        try:
+            r = sim.run(extra=fl)
+        except Exception as ex:  # noqa: BLE001 - shown as refuted, never dropped
+            out.append(FlagTrial(fl, base.processed, 0, refuted=f"{type(ex).__name__}: {ex}"))
+            continue
+        out.append(FlagTrial.of(fl, r, base))
+    return out
+
+
+def confirm_proposals(misses_by_call: dict, base: "Run", trials: Sequence[FlagTrial]) -> None:
+    """A miss no flag change saved gets the proposal that reused the most more at its call, if any."""
+    for c, m in misses_by_call.items():
+        if m.saved:
+            continue
+        best = None
+        for t in trials:
+            if t.refuted or c >= len(t.per_call):
+                continue
+            gain = t.per_call[c][0] - base.per_call[c][0]
+            if gain > 0 and (best is None or gain > best[1]):
+                best = (t, gain)
+        if best is not None:
+            p = proposal_of(best[0].flags)
+            m.proposal = f"a change to llama-server would: {p.label()} reuses +{best[1]} tokens here"
+
+
 def try_client(calls, sim, renderer, base: "Run", kinds: Sequence[str], *, n_ctx_slot=None,
                 n_predict=None, progress=None) -> list[ClientTrial]:
     """Each kind of client change undone alone, at every call that made it, the session run again."""
@@ -325,4 +384,5 @@ def progress_line(who: str) -> Callable[[str], None] | None:
 
 
 __all__ = ["Advice", "ClientTrial", "FlagTrial", "MAX_FLAGS", "Run", "SimRunner", "candidates", "confirm_misses",
-           "stable_runner", "try_builds", "try_client", "try_flags"]
+           "stable_runner", "try_builds", "try_client", "try_flags", "try_proposals", "confirm_proposals",
+           "proposal_of"]

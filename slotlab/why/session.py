@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from slotlab.why.advice import (Advice, Run, SimRunner, candidates, confirm_misses, stable_runner, try_builds,
-                                try_client, try_flags)
+from slotlab.why.advice import (Advice, Run, SimRunner, candidates, confirm_misses, confirm_proposals, stable_runner,
+                                try_builds, try_client, try_flags, try_proposals)
 from slotlab.why.stable import PRICED, Pricing, price
 
 
@@ -97,7 +97,9 @@ def analyse_runs(sim, *, params=None, chat: bool = True, progress: Callable[[str
     trials, left = try_flags(sim, base, cands, progress=progress)
     confirm_misses({i: m for i, m in misses}, base, trials)
     build, builds = try_builds(sim, base, progress=progress)
-    adv = Advice(base.processed, trials, client, left, sim.seconds, sim.n_runs, builds, build)
+    props = try_proposals(sim, base, progress=progress)
+    confirm_proposals({i: m for i, m in misses}, base, props)
+    adv = Advice(base.processed, trials, client, left, sim.seconds, sim.n_runs, builds, build, props)
     return SessionWhy(base, misses, changes, pricing, adv, notes)
 
 
