@@ -93,7 +93,7 @@ keeping the shared 15 tokens would keep less than half of the slot (`f_keep` 15/
 34 tokens to the RAM cache** (entry #0, with her checkpoint) and looked for a better entry (none).
 Then it re-processed Bob's whole prompt: `no usable checkpoint: full re-processing forced`.
 
-The sliding window is not why: the slot held 34 tokens and Gemma 3's window is 512, so nothing had
+The sliding window is not why: the slot held 34 tokens and Gemma 3 270M's window is 512, so nothing had
 left it. Bob lost his 15 shared tokens to the server's **checkpoint rule**, which the next section
 states and draws once. (The notebooks that follow refer back to it.) First, Alice comes back:"""),
     code("""alice2 = alice1 + " Assistant: Rotterdam, Hamburg, Antwerp. User Alice: and which of them is deepest?"
@@ -133,7 +133,8 @@ server checks whether the memory can continue from there (spec 3.5, `server-cont
   one with `pos_max <= pos_next` (and `pos_min < pos_min_thold` or `pos_min == 0`), restores it and
   continues from its end. Without one it logs `forcing full prompt re-processing` and `cache_n` is 0.
 
-On Gemma 3 (`n_swa` 512) without `--swa-full`, any `pos_next <= 512` gives a threshold of 0, and
+On Gemma 3 270M (`n_swa` 512, as on 1B; 1,024 on 4B, 12B and 27B) without `--swa-full`, any
+`pos_next <= 512` gives a threshold of 0, and
 `pos_min >= 0` always holds. So **every** reuse of a short prompt goes through a checkpoint, even when
 nothing has left the window. The server takes checkpoints while it processes a prompt: 4 and
 `4 + n_ubatch` tokens before its end, and with chat message delimiters also at user-message starts
@@ -145,8 +146,10 @@ end of its prompt, and none sits where the shared system prompt ends.
 * Alice: cut back to 27; her checkpoint `[0, 22]` fits. The server restores it and re-evaluates from
   its last token, so 22 tokens are reused.
 
-`--swa-full` keeps the whole context in the window cache: the memory can then be cut back anywhere,
-and no checkpoint is needed (notebook 04). The picture draws both requests from the engine's events:"""),
+`--swa-full` keeps the whole context in the window cache: a **live** slot can then be cut back
+anywhere, and no checkpoint is needed (notebook 04). A slot restored from the RAM cache or a slot file
+cannot, `--swa-full` or not: it holds only the window (the section *A restored slot keeps only the
+window* below). The picture draws both requests from the engine's events:"""),
     code("""from slotlab.figures import checkpoints
 bob, alice = checkpoints.rewind(eng, 1), checkpoints.rewind(eng, 3)
 for r in (bob, alice):
@@ -208,9 +211,9 @@ assert q27["timings"]["cache_n"] == k_q27.n_past == n_system == 3435 and k_q27.c
 `pos_min >= pos_next - n_swa`; Ana's slot held 3,475 tokens, and the window cache (2,560 cells in this
 unified pool of 4 slots: `n_swa * 4 + n_ubatch`) keeps its masked cells until they are overwritten,
 so the oldest position it still holds is 915. The threshold, 3,445 − 512 = 2,933, is above it: the
-memory can simply be cut back. **A cut-back needs no checkpoint while it stays within the window
-cache's cells beyond the window of the slot's end**; only deeper ones (an edit early in a long
-prompt, a branch to an old turn) need a checkpoint.
+memory can simply be cut back. **A live slot's cut-back needs no checkpoint while it stays within the
+window cache's cells beyond the window of the slot's end**; only deeper ones (an edit early in a long
+prompt, a branch to an old turn) need a checkpoint. A restored slot has no such cells (next section).
 
 Gemma 3 27B (window 1,024, a 4,608-cell window cache in the same pool) decides the same. Qwen3.5 27B
 is hybrid: its recurrent layers cannot be cut back at all, so every reuse goes through a checkpoint.
@@ -219,6 +222,110 @@ the system prompt), and Ben's request restores it: 3,435 tokens reused, 33 prefi
 delimiters (the toy) Qwen3.5 would find none there. Notebook 07 runs this chat on more users and
 flags, and gives what `--swa-full` costs on a 27B model; notebook 08 sizes the RAM cache for 27B
 checkpoints."""),
+    md("""## A restored slot keeps only the window
+
+Everything above is about a **live** slot: one that holds what it processed itself. A slot that comes
+back from the RAM cache (`prompt_load`, notebook 02) or from a slot file (`?action=restore`, notebook
+03) holds less. Both save the slot's sequence (`llama_state_seq_get_data_ext`, server-context.cpp:276;
+`llama_state_seq_save_file`, 2555), and a KV cache's `state_write` skips every cell the sliding window
+masks: `is_masked_swa(n_swa, swa_type, pos, seq_pos_max)` (llama-kv-cache.cpp:2092-2097 at the pin).
+So in the window layers only the last `n_swa` positions travel, and the restored slot's `pos_min` is
+its end minus `n_swa`.
+
+`--swa-full` does not change what is saved. It sizes the window cache like the full one
+(llama-kv-cache-iswa.cpp:76-81), but builds it with the model's `n_swa` all the same (iswa:102-105),
+so its cells are still masked and still skipped. It changes the server's side: the server's `n_swa`
+becomes 0 (server-context.cpp:1185), so the threshold is `pos_next` itself, and the server takes no
+checkpoints (3449-3454). Four cases, each cut back to every 32nd position of Ana's 3,475 tokens on the
+paper memory with the default model's own hyperparameters (the same decisions as the live model: the
+live slot's `pos_min` is the 915 above):"""),
+    code("""import tempfile
+from slotlab.figures import png
+from slotlab.lab import action
+
+g270 = ModelProfile.from_gguf(model.path)       # the default model's hyperparameters, on paper
+files = Path(tempfile.mkdtemp())
+ana = tmpl.apply([{"role": "system", "content": POLICY},
+                  {"role": "user", "content": "I am Ana. Where is my order 7?"}])
+TAIL = model.tokenize(" Thanks.", add_special=False).tolist()
+ROWS = {"live slot": ([], False), "restored slot": ([], True),
+        "live slot, --swa-full": (["--swa-full"], False),
+        "restored slot, --swa-full": (["--swa-full"], True)}
+
+def cut_back(row, cut):
+    \"\"\"Ana's slot (live, or saved to a file and restored) cut back to `cut`: (held, pos_min, cache_n).\"\"\"
+    flags, restored = ROWS[row]
+    e, _ = paper_engine(["-c", "8192", "--slot-save-path", str(files), *flags],
+                        vocab=model, profile=g270)
+    ask(e, ana, 8, id_slot=0, message_delimiters=DELIMS)
+    if restored:
+        action(e, "save", 0, "ana.bin"); action(e, "erase", 0); action(e, "restore", 0, "ana.bin")
+    held, pos_min = e.slots[0].tokens.tolist(), e.memory.pos_min(0)
+    r = ask(e, held[:cut] + TAIL, 1, id_slot=0)
+    e.close()
+    return len(held), pos_min, r["timings"]["cache_n"]
+
+N = cut_back("live slot", 1)[0]
+CUTS = list(range(32, N, 32)) + [N]
+probe = {row: {c: cut_back(row, c)[2] for c in CUTS} for row in ROWS}
+pos_min = {row: cut_back(row, N)[1] for row in ROWS}
+first = {}                                       # the lowest cut-back that re-processes nothing
+for row, p in probe.items():
+    ok = [c for c in CUTS if p[c] == c]
+    if ok:
+        lo, hi = max([0] + [c for c in CUTS if c < ok[0]]), ok[0]
+        while hi - lo > 1:                       # bisect between the grid points
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if cut_back(row, mid)[2] == mid else (mid, hi)
+        first[row] = hi
+for row in ROWS:
+    reach = f"to {first[row]:,} and later" if row in first else "nowhere, not even at its end"
+    print(f"{row:26s} window layers hold {pos_min[row]:,} to {N - 1:,}; "
+          f"cut back without re-processing: {reach}")
+assert N == k_live.n_held == 3475 and N - 1 == 3474 and pos_min["live slot"] == k_live.pos_min == 915
+assert pos_min["restored slot"] == pos_min["restored slot, --swa-full"] == N - 512 == 2963
+assert pos_min["live slot, --swa-full"] == 0
+assert first == {"live slot": 915 + 512 + 1, "live slot, --swa-full": 1,
+                 "restored slot, --swa-full": 2963 + 1} == {"live slot": 1428,
+                 "live slot, --swa-full": 1, "restored slot, --swa-full": 2964}
+assert all(all((n == c) == (c >= first[r]) for c, n in probe[r].items()) for r in first)
+assert not any(probe["restored slot"].values())    # every cut-back re-processed: the file has no checkpoint"""),
+    code("""from matplotlib.patches import Patch
+fig, ax = png.new(9, 2.6)
+KEPT, NEED, LOST, WIN = "#4c78a8", "#f58518", "#d62728", "#9467bd"
+for y, row in enumerate(ROWS):
+    b = first.get(row, N + 1)
+    bad = NEED if "swa-full" not in row else LOST
+    ax.broken_barh([(0, b - 1)], (y - 0.3, 0.45), color=bad)
+    if b <= N:
+        ax.broken_barh([(b - 1, N - b + 1)], (y - 0.3, 0.45), color=KEPT)
+    ax.broken_barh([(pos_min[row], N - pos_min[row])], (y + 0.2, 0.12), color=WIN)
+ax.set_yticks(range(len(ROWS)), list(ROWS))
+ax.invert_yaxis()
+ax.set_xlim(0, N)
+ax.set_xlabel(f"cut back to pos_next (Ana's slot holds {N:,} tokens; Gemma 3 270M, n_swa 512)")
+handles = [Patch(color=c) for c in (KEPT, NEED, LOST, WIN)]
+ax.legend(handles, ["cut back, nothing re-processed", "needs a checkpoint at or before the cut",
+                    "re-processed: --swa-full takes no checkpoints", "cells the window layers hold"],
+          loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+ax.set_title("where a slot can be cut back: live or restored, --swa-full off or on", loc="left")
+png.image(fig)"""),
+    md("""Read it row by row (`N` = the tokens the slot holds):
+
+* **Live slot**: cut back anywhere above `pos_min + n_swa` (1,428 here) with no checkpoint; deeper
+  needs one (the server takes them near each prompt's end and at user messages).
+* **Restored slot**: its `pos_min` is `N - n_swa`, and the threshold of a cut-back to `pos_next <= N`
+  is at most `N - n_swa`: **every** cut-back, even continuing at the very end, needs a checkpoint. A
+  stock slot file brings none, so everything is re-processed (notebook 03); a RAM-cache entry brings
+  the slot's checkpoints, and the server restores the newest one at or before the cut (notebook 11:
+  the reply is processed again). A live slot would have needed none.
+* **Live slot, `--swa-full`**: anywhere, no checkpoint (notebook 04).
+* **Restored slot, `--swa-full`**: only within the window, `pos_next > N - n_swa` (2,964 and later);
+  a deeper cut-back is re-processed in full, and there is no checkpoint to fall back on. Notebook 11
+  shows what that costs on gpt-oss (a 128-token window).
+
+The rule in one line: **a restored slot holds the last `n_swa` positions of its window layers, with or
+without `--swa-full`.**"""),
     md("""## What the server would report
 
 `/slots` (spec 8.1) and the `/metrics` counters: how many prompt tokens were reused from a slot or the
@@ -266,7 +373,10 @@ conversation in slot 1, Erin and Farah with RAM entries restored into empty slot
 saved once more). All three got `cache_n` 0, for the same reason as Bob. The cut-back goes to 15, the
 threshold is 0, and every checkpoint ends at 19 or later. Only a checkpoint at or before the end of
 the shared system prompt would help, and the server takes none there (on chat requests it does take
-one at each user-message start: notebook 06). `--swa-full` avoids the rule altogether.
+one at each user-message start: notebook 06). `--swa-full` avoids the rule here, for the live slot and
+for the two restored entries alike, because all of them fit in the window; a longer conversation
+restored from the RAM cache keeps only its last `n_swa` positions, `--swa-full` or not (the section
+*A restored slot keeps only the window*).
 
 ## The whole run, as the panel draws it
 
