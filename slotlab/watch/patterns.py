@@ -100,6 +100,11 @@ PROMPT_CACHE = [
     ("skip_duplicate", "srv", _SL["skip_duplicate"], "TRC"),
     ("skip_over_limit", "srv", re.compile(r" - prompt state size ([\d.]+) MiB exceeds cache size limit ([\d.]+) MiB"),
      "WRN"),
+    # the proposals' servers (patches/proposals): -kvcpc's per-entry limit, --cache-ram-lru's placement
+    ("skip_entry_limit", "srv", re.compile(r"^ - prompt with (\d+) tokens exceeds the per-entry token limit (\d+), "
+                                           r"skipping"), "WRN"),
+    ("lru_placed", "srv", re.compile(r"^ - prompt cache LRU: entry with t_last = (-?\d+) placed at (\d+) of (\d+)"),
+     "TRC"),
     ("evict_obsolete", "srv", _SL["evict_obsolete"], "TRC"),
     ("evict_make_room", "srv", _SL["evict_make_room"], "WRN"),
     ("evict_byte_limit", "srv", _SL["evict_byte_limit"], "WRN"),
@@ -154,7 +159,7 @@ TABLE = {name: (pat, lvl) for name, src, pat, lvl in _ROWS if src != "lib"}
 SELECTION_LINES = {"by_id", "skip_busy", "skip_empty", "sim", "by_lcp", "by_lru", "update_begin", "update_end"}
 CACHE_LINES = {name for name, _s, _p, _l in PROMPT_CACHE}
 ALLOC_CHAIN = {"skip_duplicate", "skip_over_limit", "evict_obsolete", "evict_make_room", "alloc_failed",
-               "limit_reduced"}
+               "limit_reduced", "skip_entry_limit", "lru_placed"}
 #: lines that do not end a block under way (a selection goes on over them)
 NEUTRAL = {"all_idle", "t_total", "gen_progress", "pp_progress", "new_slot", "idle_mode", "ckpt_config", "draft",
            "spec_verify"}

@@ -39,13 +39,14 @@ from slotlab.engine.server_log import decisions as _decisions
 from slotlab.errors import SlotlabError
 
 #: decisions the server logs at WRN (shown below -lv 4 too)
-WRN_KINDS = frozenset(("skip_over_limit", "evict_make_room", "evict_byte_limit", "evict_token_limit", "purge",
+WRN_KINDS = frozenset(("skip_over_limit", "skip_entry_limit", "evict_make_room", "evict_byte_limit", "evict_token_limit", "purge",
                        "decode_retry", "checkpoint_evict_fifo", "cache_reuse_unsupported"))
 #: log lines that are gauges, not decisions (their limits differ as soon as the flags do): not compared
 GAUGES = frozenset(("state",))
 #: what each decision kind is, in words
 WHAT = {"slot": "slot", "cache_n": "cache_n / prompt_n", "status": "answer status", "save": "RAM-cache save", "skip_duplicate": "RAM-cache skip",
-        "skip_over_limit": "RAM-cache skip (over the limit)", "evict_obsolete": "RAM-cache eviction (obsolete)",
+        "skip_over_limit": "RAM-cache skip (over the limit)", "skip_entry_limit": "RAM-cache skip (per-entry limit)",
+        "lru_placed": "RAM-cache LRU placement", "evict_obsolete": "RAM-cache eviction (obsolete)",
         "evict_make_room": "RAM-cache eviction (make room)", "evict_byte_limit": "RAM-cache eviction (byte limit)",
         "evict_token_limit": "RAM-cache eviction (token limit)", "load": "RAM-cache load",
         "load_failed": "RAM-cache load failure", "state": "RAM-cache state", "purge": "slot purge",

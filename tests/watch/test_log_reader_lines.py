@@ -358,6 +358,32 @@ def test_reading_from_the_middle_of_a_log():
     assert st.slots[0].n_tokens == 60  # a slot first seen at its release
 
 
+def test_the_proposals_servers_lines_a_per_entry_skip_and_an_lru_placement():
+    """The two lines a patched llama-server prints (patches/proposals): -kvcpc's per-entry skip, and
+    --cache-ram-lru's placement of a new entry before older ones (the reader's list follows it)."""
+    lines = with_entry() + [
+        slot("get_availabl", 0, -1, " - skipping, slot is empty"),
+        slot("get_availabl", 1, -1, "selected slot by LRU, t_last = -1"),
+        slot("launch_slot_", 1, 12, "processing task, is_child = 0"),
+        slot("process_sing", 0, -1, "saving idle slot to prompt cache"),
+        srv("prompt_save", " - saving prompt with length 900, total state size = 2.000 MiB (draft: 0.000 MiB)"),
+        srv("alloc", " - prompt with 900 tokens exceeds the per-entry token limit 512, skipping", "W"),
+    ] + request(1, 12, 40)[1:] + [
+        slot("get_availabl", 1, -1, "selected slot by LRU, t_last = 5"),
+        slot("launch_slot_", 1, 13, "processing task, is_child = 0"),
+        slot("process_sing", 0, -1, "saving idle slot to prompt cache"),
+        srv("prompt_save", " - saving prompt with length 31, total state size = 0.500 MiB (draft: 0.000 MiB)"),
+        srv("alloc", " - prompt cache LRU: entry with t_last = 3 placed at 0 of 2"),
+        slot("prompt_clear", 0, -1, "clearing prompt with 31 tokens"),
+    ]
+    rd, ev = read(lines)
+    s = one(ev, T.CACHE_SKIP_ENTRY_LIMIT)
+    assert (s.payload.n_tokens, s.payload.limit_tokens_entry, s.level) == (900, 512, "WRN")
+    p = one(ev, T.CACHE_LRU_PLACED)
+    assert (p.payload.t_last, p.payload.position, p.payload.n_entries) == (3, 0, 2)
+    assert [e.n_tokens for e in rd.prompt_cache.entries] == [31, 23]  # placed at the front, not appended
+
+
 def test_every_line_of_the_table_is_read_somewhere():
     """Each pattern of the reader's table matches a line of a golden log or of these tests."""
     from slotlab.watch.lines import parse_line
@@ -368,7 +394,8 @@ def test_every_line_of_the_table_is_read_somewhere():
             if name.startswith("test_") and name != "test_every_line_of_the_table_is_read_somewhere":
                 fn()
     seen = set()
-    lines = [ln for p in DIR.glob("*.llama-server.log") for ln in p.read_text().splitlines()] + CORPUS
+    logs = [*DIR.glob("*.llama-server.log"), *(DIR.parent / "traces_proposals").glob("*.llama-server.log")]
+    lines = [ln for p in logs for ln in p.read_text().splitlines()] + CORPUS
     for line in lines:
         ln = parse_line(line)
         hit = match(ln.src, ln.msg) if ln.src else None
@@ -384,3 +411,4 @@ def test_the_readme_lists_every_line_with_its_level():
         row = next((r for r in rows if f"`{name}`" in r.split(" | ")[2]), None)
         assert row is not None, f"README has no row for {name}"
         assert level in row.split(" | ")[1], f"README: {name} is {level}"
+

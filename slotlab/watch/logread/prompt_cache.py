@@ -111,6 +111,20 @@ class PromptCacheLines:
         self.spec(T.CACHE_SKIP_OVER_LIMIT, ln, level, size=mib_bytes(m.group(1)), limit_size=mib_bytes(m.group(2)),
                   n_tokens=a.n_tokens if a else -1)
 
+    def on_skip_entry_limit(self, m, ln, level):
+        self.rd.way.alloc = None
+        self.spec(T.CACHE_SKIP_ENTRY_LIMIT, ln, level, n_tokens=int(m.group(1)), limit_tokens_entry=int(m.group(2)))
+
+    def on_lru_placed(self, m, ln, level):
+        """--cache-ram-lru: the entry being allocated goes to `position` (or, followed by a duplicate skip, an
+        entry holding the prompt moved there: which one the next listing says, `resync`)."""
+        a = self.rd.way.alloc
+        pos = int(m.group(2))
+        if a is not None:
+            a.lru_pos = pos
+        self.spec(T.CACHE_LRU_PLACED, ln, level, entry_id=-1, t_last=int(m.group(1)), position=pos,
+                  n_entries=int(m.group(3)))
+
     def _evict(self, idx: int | None, reason: str, ln: LogLine, level: str, size_mib: str | None = None) -> None:
         e = self.entries.pop(idx) if idx is not None and 0 <= idx < len(self.entries) else None
         if e is None:
@@ -156,7 +170,10 @@ class PromptCacheLines:
         size_ckpt = sum(c[3] for c in ck)
         e = Entry(self.next_id, a.n_tokens, a.size_tgt + a.size_dft + size_ckpt, a.size_dft, ck, a.id_slot, a.id_task)
         self.next_id += 1
-        self.entries.append(e)
+        if a.lru_pos is not None and a.lru_pos < len(self.entries):
+            self.entries.insert(a.lru_pos, e)
+        else:
+            self.entries.append(e)
         sp = self.spec(T.CACHE_ALLOC, a.line, "TRC", func="alloc", entry_id=e.id, n_tokens=e.n_tokens, size=e.size,
                        id_slot=e.id_slot, id_task=e.id_task, size_main=a.size_tgt, size_dft=a.size_dft,
                        size_ckpt=size_ckpt, n_checkpoints=len(ck), head="", checkpoints=[tuple(c[:4]) for c in ck])

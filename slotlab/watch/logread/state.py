@@ -149,6 +149,7 @@ class PendingAlloc:
     id_task: int
     checkpoints: list
     line: LogLine
+    lru_pos: int | None = None  # --cache-ram-lru (a proposal's server): where the new entry was placed
 
 
 @dataclass
