@@ -282,9 +282,11 @@ last (only a cut-back erases the checkpoints beyond it), so a conversation adds 
 
 A chat on paper, through the chat template and its delimiters as the chat endpoint sends them: Ana
 reviews code, about 800 new tokens a turn after a 2,000-token system prompt; Ben, another user, sends
-a short message between her turns. Each of Ben's requests launches while Ana's slot is idle, so the
-idle-slot loop saves Ana's slot to the RAM cache and, on the default unified KV, clears it
-(server-context.cpp 2417-2431); her next turn loads her entry back. The paper memory has no weights:
+a short message between her turns. His first two requests take Ana's slot by similarity, and the
+server saves her slot to the RAM cache before overwriting it (the `-sps` steal, at the end of this
+chapter); from his third on, his prompt is long enough to go elsewhere, and when it launches the
+idle-slot loop saves Ana's idle slot and, on the default unified KV, clears it (server-context.cpp
+2417-2431). Either way her next turn loads her entry back. The paper memory has no weights:
 a reply is a placeholder, which the next turn echoes."""),
     code("""from slotlab.lab import ask
 from slotlab.llama import Model
@@ -337,7 +339,8 @@ assert ck_per_turn[:6] == [3] * 6 and held == [3, 6, 9, 12, 15, 4, 7, 10, 13]
 assert skipped(eng)[0][1] > ServerParams().cache_ram == 8192   # the default --cache-ram, MiB
 assert [(n, round(size), c) for n, size, c in skipped(eng)] == [(6111, 8382, True)]
 assert lost == 6 and ana[lost][1] == 0 and ana[lost][2] == 6907 and all(c > 2000 for _, c, _ in ana[1:lost] + ana[lost + 1:])
-assert 18 * ck_size["gemma-3-27b"] < skipped(eng)[0][1] * MiB and round(18 * ck_size["gemma-3-27b"] / MiB) == 7488"""),
+assert 18 * ck_size["gemma-3-27b"] < skipped(eng)[0][1] * MiB and round(18 * ck_size["gemma-3-27b"] / MiB) == 7488
+assert ana[1][1] == 2084    # her turn 1, loaded back from the RAM cache (the -sps steal, below)"""),
     md("""Three checkpoints a turn, 416 MiB each: after six turns Ana's slot holds 18 of them, 7,488 MiB, and with
 her 6,111 tokens of state the entry is 8,382 MiB, over the 8,192 MiB limit. The save is skipped, and
 the idle-slot loop clears the slot anyway (on a unified KV it clears every idle slot after trying to
@@ -372,6 +375,7 @@ assert not any(skipped(runs[k][0]) for k in ("--ctx-checkpoints 8", "--cache-ram
 assert {k: round(v) for k, v in largest.items()} == {"defaults": 7071, "-np 4 (not unified)": 7071, "--ctx-checkpoints 8": 4057,
                                                     "--cache-ram 16384": 13625, "qwen3.5-27b, defaults": 5221}
 assert largest["--cache-ram 16384"] > 8192 > largest["--ctx-checkpoints 8"]
+assert reuse["defaults"][1] == 2084 and reuse["--ctx-checkpoints 8"][6] == 6099 and reuse["qwen3.5-27b, defaults"][1] == 2096
 assert [f"{runs[k][0].metrics.hit_rate:.1%}" for k in runs] == ["73.2%", "83.6%", "83.4%", "83.4%", "83.8%"]
 
 def ana_entries(eng):
@@ -391,7 +395,7 @@ for label, colour, style in (("--cache-ram 16384", "#72b7b2", "o-"), ("--ctx-che
     ax.plot([t for t, _, x in pts if x], [m for _, m, x in pts if x], "x", color="black", ms=10, mew=2)
 ax.axhline(8192, color="grey", ls="--", lw=1); ax.text(-0.4, 8400, "--cache-ram 8192 (default)", color="grey", fontsize=8)
 ax.axhline(16384, color="grey", ls=":", lw=1); ax.text(-0.4, 16600, "--cache-ram 16384", color="grey", fontsize=8)
-ax.set_ylim(0, 18500); ax.set_xlabel("Ana's turn (her slot saved by the idle-slot loop after it)"); ax.set_ylabel("entry: state + checkpoints (MiB)")
+ax.set_ylim(0, 18500); ax.set_xlabel("Ana's turn (her slot saved after it: by Ben's steal, then by the idle-slot loop)"); ax.set_ylabel("entry: state + checkpoints (MiB)")
 ax.set_title("RAM-cache entry of one conversation on 27B models (x: over the limit, skipped, slot cleared)", loc="left")
 ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 skips = [(t, round(m)) for t, m, x in ana_entries(runs["defaults"][0]) if x]
@@ -429,6 +433,110 @@ entries up to 52,050 tokens with the defaults, 109,485 with 8 checkpoints. What 
 cost: a branch back to an older turn than the last few finds no checkpoint there and is re-processed
 (notebook 06), where a skipped entry loses the whole conversation. Size `--ctx-checkpoints` (or
 `--cache-ram`) with this rule before the RAM cache drops your users' longest conversations."""),
+    md("""## The `-sps` steal: a short prompt takes a long conversation's slot
+
+Ben's first two requests above did not wait for the idle-slot loop: they **took Ana's slot**. The
+server picks a slot by similarity first (`get_available_slot`, server-context.cpp:1541-1591): for
+every idle slot that holds tokens, `f_sim` = the common prefix over the length of the **new** prompt,
+and the best one above `-sps` (`slot_prompt_similarity`, 0.10 by default) wins. Every chat prompt
+starts with the template's header (`<|im_start|>system\\nYou ` is 10 tokens for this tokenizer), so a
+short unrelated prompt clears 0.10 on the header alone, and lands in the slot of the longest
+conversation around. Then `f_keep` (what the slot keeps, 10 of its thousands) is below 0.5, so the
+server saves that slot to the RAM cache before it overwrites it (1587-1589, then `prompt_save`,
+1626). Where Ana goes next depends on the RAM cache and on the slot's layout:"""),
+    code("""d_eng = runs["defaults"][0]
+steals = []
+for t in range(1, 7, 2):                         # Ben's first three requests
+    dec = next(e.payload for e in d_eng.events.log if e.kind == "slot_decision" and e.task == t)
+    slot, _, lcp, f_sim = max((c for c in dec.checks if c[1] is None), key=lambda c: c[3])  # Ana's
+    saved = [e.data["n_tokens"] for e in d_eng.events.log if e.kind == "cache_save" and e.task == t]
+    steals.append((t, d_eng.tasks[t].n_tokens, lcp, dec.how, f_sim, saved))
+    print(f"task {t}: Ben's {d_eng.tasks[t].n_tokens} tokens share {lcp} with Ana's slot {slot} "
+          f"(f_sim {f_sim:.3f}): slot by {dec.how}; get_available_slot saved {saved or 'nothing'}")
+idle_saves = [e.data["n_tokens"] for e in d_eng.events.log
+              if e.kind == "cache_save" and e.task == -1 and e.data["n_tokens"] > 1000]
+print("Ana's slot saved by the idle-slot loop instead, after turns 2 to 9:", idle_saves)
+where = {"defaults": runs["defaults"][1][:2]}
+for label, flags in (("-np 4", ["-np", "4"]), ("-np 4 -sps 0.25", ["-np", "4", "-sps", "0.25"]),
+                     ("-np 4 --cache-ram 0", ["-np", "4", "--cache-ram", "0"])):
+    where[label] = chat("gemma-3-27b", flags, turns=2)[1]
+for label, ((s0, _, n0), (s1, c1, p1)) in where.items():
+    print(f"{label:20s} Ana's turn 1: slot {s1} (turn 0 in slot {s0}), cache_n {c1:,}, prompt_n {p1:,}")
+assert [(t, n, lcp, how) for t, n, lcp, how, _, _ in steals] == [
+    (1, 47, 10, "lcp"), (3, 89, 10, "lcp"), (5, 131, 10, "lru")]
+assert [f"{f:.3f}" for *_, f, _ in steals] == ["0.213", "0.112", "0.076"] and 10 / 131 < 0.10
+assert [s for *_, s in steals] == [[2096], [2899], []]        # the first two saves: the steal's
+assert idle_saves == [3702, 4505, 5308, 6111, 6914, 7717, 8520, 9323]
+assert {k: v[1] for k, v in where.items()} == {
+    "defaults": (2, 2084, 808), "-np 4": (2, 2084, 808), "-np 4 -sps 0.25": (3, 2096, 796),
+    "-np 4 --cache-ram 0": (2, 0, 2892)}
+assert all(v[0][0] == 3 for v in where.values())              # turn 0: the last slot (LRU, spec 1.3)"""),
+    md("""* **Saved, then loaded back** (the defaults, and `-np 4`): Ana's next turn goes to an empty slot by
+  LRU, which loads her entry (`f_keep` 1.0): 2,084 reused, not 2,096. The loaded slot is a *restored*
+  one, which holds only the last `n_swa` positions of its window layers, so even continuing at its
+  end needs a checkpoint ([notebook 01](01-tour.ipynb#A-restored-slot-keeps-only-the-window)): the
+  server restores the one 4 tokens before her previous prompt's end and processes the reply again.
+  On separate slots the steal moved her for nothing: without it she would have stayed live.
+* **No steal** (`-sps 0.25`: 10/47 is below it): Ben goes to an empty slot by LRU, Ana stays in slot 3
+  and reuses all 2,096 tokens with no checkpoint.
+* **Saved nowhere** (`--cache-ram 0`): the steal overwrites her slot, and her next turn re-processes
+  all 2,892 tokens.
+
+A conversation the cache skips (over the limit, as at turn 5 above) or evicts before it returns is
+lost the same way. A prompt steals a slot when it is shorter than `lcp / -sps` tokens: with a 10-token
+header and `-sps 0.10`, anything under 100 tokens that shares only the header. Raising `-sps` to 0.25
+or so keeps short one-off requests (titles, translations, a classifier's call) out of long
+conversations' slots; `id_slot` pins them too, with its own condition (notebook 11)."""),
+    md("""## Quantized KV: `-ctk` / `-ctv` and what `--cache-ram` holds
+
+`-ctk q8_0 -ctv q8_0` (or `q4_0`) stores K and V in 8 or 4.5 bits a value instead of 16 (a q8_0 row
+is 34 bytes per 32 values, q4_0 18; `ggml` block sizes), and a quantized V needs flash attention
+(`-fa` auto, the default, gives it). Every size this chapter computed shrinks with it: the bytes a
+token, the slot's state, a window checkpoint, so a RAM-cache entry. One thing does not: a recurrent
+state, which llama.cpp keeps in f32 whatever `-ctk` says (`recurrent_type_r` / `_s`,
+llama-model.cpp:2483-2484 at the pin), so Qwen3.5's checkpoints stay 150 MiB. Sized by the paper
+memory (`-c 131072`, 4 unified slots): a conversation of 8,192 tokens and its entry with
+`--ctx-checkpoints 8` full, and how many such entries `--cache-ram 8192` holds:"""),
+    code("""QT = ("f16", "q8_0", "q4_0")
+qsz = {}
+for name, p in big.items():
+    for t in QT:
+        s = paper_sizes(p, 8192, n_ctx=131072, n_slots=4, kv_unified=True, type_k=t, type_v=t)
+        entry = s["state"] + 8 * s["partial"]
+        qsz[name, t] = (p.bytes_per_token(t, t), s["state"], s["partial"], entry, 8192 * MiB // entry)
+        print(f"{name:12s} -ctk/-ctv {t:5s} KV {qsz[name, t][0]:>7,} B/token; 8,192 tokens: state "
+              f"{s['state'] / MiB:5.0f} MiB, one checkpoint {s['partial'] / MiB:4.0f} MiB, "
+              f"entry with 8 {entry / MiB:5.0f} MiB; --cache-ram 8192 holds {qsz[name, t][4]}")
+mib = {k: tuple(round(x / MiB) for x in v[1:4]) for k, v in qsz.items()}
+assert ServerParams().cache_ram == 8192
+assert [qsz["gemma-3-27b", t][0] for t in QT] == [507_904, 269_824, 142_848]
+assert [qsz["qwen3.5-27b", t][0] for t in QT] == [65_536, 34_816, 18_432]
+assert [mib["gemma-3-27b", t] for t in QT] == [(1056, 416, 4384), (561, 221, 2329), (297, 117, 1233)]
+assert [mib["qwen3.5-27b", t] for t in QT] == [(662, 150, 1859), (422, 150, 1619), (294, 150, 1491)]
+assert [qsz["gemma-3-27b", t][4] for t in QT] == [1, 3, 6] and [qsz["qwen3.5-27b", t][4] for t in QT] == [4, 5, 5]
+assert qsz["gemma-3-27b", "q8_0"][0] * 32 == qsz["gemma-3-27b", "f16"][0] * 17   # 34 bytes per 32 values, not 64"""),
+    md("""On Gemma 3 27B, q8_0 roughly halves everything (34 bytes per 32 values against 64): the cache
+holds 3 such conversations instead of 1, q4_0 holds 6. On Qwen3.5 27B the attention KV halves too, but
+the entry is mostly checkpoints of the f32 recurrent state, so q8_0 gains one conversation (4 to 5)
+and q4_0 nothing more. Ana's chat on Gemma 3 27B with `-ctk q8_0 -ctv q8_0` and otherwise the
+defaults: the entry that overflowed 8 GiB at turn 5 now fits."""),
+    code("""runs["-ctk q8_0 -ctv q8_0"] = chat("gemma-3-27b", ["-ctk", "q8_0", "-ctv", "q8_0"])
+q_eng, q_ana = runs["-ctk q8_0 -ctv q8_0"]
+q_largest = max(e.data["size"] for e in q_eng.events.log if e.kind == "cache_alloc") / MiB
+print(f"-ctk q8_0 -ctv q8_0: saves skipped {len(skipped(q_eng))}; largest entry {q_largest:,.0f} MiB; "
+      f"Ana's turn 6 cache_n {q_ana[6][1]:,} (the defaults: {runs['defaults'][1][6][1]}); "
+      f"hit rate {q_eng.metrics.hit_rate:.1%} (the defaults: {runs['defaults'][0].metrics.hit_rate:.1%})")
+assert not skipped(q_eng) and round(q_largest) == 7238 < 8192
+assert q_ana[6][1] == 6099 and runs["defaults"][1][6][1] == 0
+assert 32 * qsz["gemma-3-27b", "q8_0"][2] / GiB > 6.9                   # the full cap alone: 6.9 GiB
+assert f"{q_eng.metrics.hit_rate:.1%}" == "83.4%" and f"{runs['defaults'][0].metrics.hit_rate:.1%}" == "73.2%"
+assert [c for _, c, _ in q_ana] == [c for _, c, _ in runs["--ctx-checkpoints 8"][1]]"""),
+    md("""The same reuse as `--ctx-checkpoints 8` or `--cache-ram 16384` (turn 6: 6,099 reused instead of 0),
+with the default cap of 32 checkpoints and half the GPU memory for the KV cache. Not for long: the
+largest entry is 7,238 MiB, and 32 checkpoints of 221 MiB are 6.9 GiB alone, so a few more turns
+overflow 8 GiB again; the rule above holds with the smaller sizes (quantized KV is a model-quality
+trade, too: measure it on your tasks before you take it). With `slotlab simulate` it is the same flags: `slotlab simulate
+sessions.jsonl --profile gemma-3-27b -ctk q8_0 -ctv q8_0`."""),
     md("""## Try this
 1. Your traffic: `slotlab whatif my-sessions.jsonl --vary "--cache-ram 0,8192,65536" --png grid.png`
    reads an OpenAI-messages session log (one line a call: `session_id`, `messages`, `output_length`,
