@@ -20,7 +20,9 @@ can follow in MiB under a 4 MiB budget (`--cache-ram 4`).
 lifts the byte limit but keeps the cap of `n_ctx` tokens), `-sps 0.10`, `--cache-idle-slots` on, `-np`
 auto (`4` slots, unified KV). Here: a `--cache-ram 4` budget so the sizes stay legible, and on the live
 model `-np 1 -c 2048 --swa-full -sps 0`: one slot, a full-size attention cache (no checkpoints yet:
-notebook 06 brings them), and no similarity selection, so every request takes the slot by LRU, which
+notebook 06 brings them; the documents here are 101 tokens, inside the 512-token window, so an entry
+restored from the cache holds all of it, which a longer one would not: notebook 01), and no similarity
+selection, so every request takes the slot by LRU, which
 always saves and loads through the cache (spec 1.3-1.4)."""),
     code("""import numpy as np
 from slotlab.engine.prompt_cache import PromptCache
