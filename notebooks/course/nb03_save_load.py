@@ -25,7 +25,7 @@ format follows llama.cpp's open pull request #26004 ("server : preserve context 
 slot save/restore"); it is not in upstream llama-server.
 
 **Defaults in this chapter.** The server's: no `--slot-save-path` (every slot action answers 501),
-Gemma 3 without `--swa-full` (its window cache cannot be cut back without a checkpoint),
+Gemma 3 without `--swa-full` (a restored window cache cannot be cut back without a checkpoint),
 `--ctx-checkpoints 32`, `--checkpoint-min-step 8192`. Here: `--slot-save-path` on a temporary
 directory, `-np 2 -c 4096`, and slotlab's opt-in `--slot-appendices` on the first engine. Read this
 chapter after 06: its lesson is what a file without checkpoints costs."""),
@@ -77,7 +77,7 @@ assert struct.unpack_from("<I", raw, body)[0] == 0x504B4353 and raw[body:body + 
     md("""## Why the appendix is nearly as large as the body
 The appendix holds the slot's checkpoints. A checkpoint is a `PARTIAL_ONLY` state: on Gemma 3, only
 the **sliding-window layers'** cache (the full-attention layers can always be cut back), for the cells
-still inside the window (`n_swa` = 512). Gemma 3 has 5 sliding-window layers for each full one, and
+still inside the window (`n_swa` = 512 on this 270M model). Gemma 3 has 5 sliding-window layers for each full one, and
 this 191-token checkpoint is entirely inside the window, so per cell it holds 15 of the body's 18
 layers. The body grows with every token of the conversation; a checkpoint is bounded by the window."""),
     code("""from slotlab.memory.profile import ModelProfile, row_size
@@ -130,8 +130,12 @@ or before the cut can restore a state to continue from.
   again because the checkpoint was taken at 191 tokens, a few before the end of the first prompt
   (where the server places checkpoints: notebook 06).
 
-On the stock server, `--swa-full` (a full-size cache for the SWA layers, which can then be cut back)
-is what makes a restored file reusable, at the cost of the window's memory saving. slotlab's own
+On the stock server, `--swa-full` (a full-size cache for the SWA layers; the server's `n_swa` becomes 0)
+makes this file reusable, at the cost of the window's memory saving, but only because its 197 tokens
+all lie inside the 512-token window. A file holds only the last `n_swa` positions of the window layers,
+`--swa-full` or not (`state_write` skips the masked cells: notebook 01, *A restored slot keeps only the
+window*), so after restoring a longer conversation a cut-back deeper than the window is re-processed
+in full even with `--swa-full`, which takes no checkpoints to fall back on. slotlab's own
 explanation of each follow-up (the `slotlab:` lines: a live engine, nothing replayed) names the cause
 but offers no flag: nothing ran the traffic with one, and only a run says what a flag saves (`slotlab
 simulate REC --why` on a recording does; the line says so). It counts `--swa-full` among the changes
@@ -206,7 +210,8 @@ status, rep = action(other, "restore", 0, "log.bin"); print("other layout:", sta
 assert status == 400
 other.close()"""),
     md("""## Try this
-1. Start the stock engine with `--swa-full`: the memory can be cut back, and the stock file is enough.
+1. Start the stock engine with `--swa-full`: the stock file is enough here (197 tokens, all inside the
+   window). Then save a prompt of 1,000 tokens, restore it and cut back 600: re-processed in full.
 2. Save a slot, generate more in it, then restore: what happens to the tokens generated after the save?
 3. Truncate the file inside the appendix instead of the body: the restore succeeds, without checkpoints.
 
