@@ -14,9 +14,9 @@ cache `AAABCCCC`, new prompt `AAACCCC` → keep `AAA`, drop `B`, shift `CCCC` le
 `C` are three blocks of numbered sentences.
 
 **Defaults in this chapter.** The server's: `--cache-reuse 0` (off; a request may set `n_cache_reuse`),
-no `--swa-full`. Here: `-np 1 -c 4096 --swa-full --cache-reuse 16` first (a full-size cache, which can
-be cut back and shifted anywhere), then the same without `--swa-full`, where the sliding window stops
-both."""),
+no `--swa-full`. Here: `-np 1 -c 4096 --swa-full --cache-reuse 16` first (a full-size cache: a live
+slot can be cut back and shifted anywhere), then the same without `--swa-full`, where the sliding
+window stops both."""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary
 block = lambda word, n: " ".join(f"{word} {i}." for i in range(n))
@@ -50,8 +50,9 @@ assert token_strip.segments(p) == ([(0, 91, "kept"), (91, 181, "dropped"), (181,
                                    [(0, 91, "kept"), (91, 320, "shifted"), (320, 321, "prefill")])
 token_strip.figure(eng, 1, title="AAABCCCC -> AAACCCC: A kept, B dropped, C shifted 90 positions down")"""),
     md("""## Why Gemma 3 needs `--swa-full`
-Gemma 3 uses sliding-window attention. Without `--swa-full` its window cache only holds the last 512
-positions plus a batch, so it cannot be shifted (`llama_memory_can_shift` is false). The server checks
+Gemma 3 uses sliding-window attention (a 512-token window on 270M, the model here, and 1B; 1,024 on
+4B, 12B and 27B). Without `--swa-full` its window cache holds `n_swa` cells a slot plus a batch (here
+512 + 512), fewer than the full-attention cache, so it cannot be shifted (`llama_memory_can_shift` is false). The server checks
 that **once, at load**: `--cache-reuse N` on a context that cannot shift is switched off with a
 warning (`server-context.cpp`, `load_model`: `cache_reuse is not supported by this context, it will be
 disabled`), so requests get `n_cache_reuse` 0 by default. Only a request that sets `n_cache_reuse`
@@ -83,8 +84,10 @@ assert (k.lcp, k.pos_next, k.pos_min, k.pos_min_thold, k.checkpoints, k.chosen, 
 assert k.n_held == 412 and eng2.memory.info.n_swa == 512
 checkpoints.figure(eng2, [1])"""),
     md("""With `--swa-full` the window cache spans the whole context: `n_swa` counts as 0, the threshold is
-`pos_next` itself, and the slot can be cut back anywhere without a checkpoint. That is why the first
-engine kept `A` *and* could shift `C`.
+`pos_next` itself, and a live slot can be cut back anywhere without a checkpoint. That is why the first
+engine kept `A` *and* could shift `C`. A slot restored from the RAM cache or a slot file is another
+matter: its window layers hold only the last `n_swa` positions, `--swa-full` or not, so it cannot be
+cut back deeper than that ([notebook 01](01-tour.ipynb#A-restored-slot-keeps-only-the-window)).
 
 Other contexts cannot shift either, with the same two warnings: models with **M-RoPE** (several
 positions per token: Qwen2-VL, Qwen3-VL, and Qwen3.5, whose `llama_kv_cache::get_can_shift` returns
