@@ -21,8 +21,11 @@ Both need a RAM cache: `--cache-ram 0` turns idle-slot caching off too (`--cache
 
 **Defaults in this chapter.** The server's: `--cache-idle-slots` on, `--cache-ram 8192`, `-np` auto
 (`4` slots with unified KV; an explicit `-np N` leaves `--kv-unified` off). Here: `-np 2` with and
-without `-kvu`, a tight `-c 1024` pool at the end, and `--swa-full` on every engine, so the sliding
-window plays no part and no checkpoint is needed (06 takes them on). Read it right after 02.
+without `-kvu`, a tight `-c 1024` pool at the end, and `--swa-full` on every engine, so no checkpoint
+is needed (06 takes them on). The conversations that travel through the RAM cache here are about 100
+tokens, inside the 512-token window; a longer one would come back with only its last 512 positions in
+the window layers, `--swa-full` or not ([notebook 01](01-tour.ipynb#A-restored-slot-keeps-only-the-window)).
+Read it right after 02.
 
 ## A conversation migrates: slot 1 → RAM entry → slot 0
 Three conversations, two slots, then the first conversation's next turn:"""),
