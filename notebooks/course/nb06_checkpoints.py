@@ -7,7 +7,8 @@ NAME = "06-checkpoints"
 CELLS = [
     md("""# 06 · Context checkpoints on a sliding-window model (`--ctx-checkpoints`)
 
-Gemma 3's SWA layers only attend to the last 512 positions, and without `--swa-full` their cache keeps
+Gemma 3 270M's SWA layers only attend to the last 512 positions (1,024 on Gemma 3 4B, 12B and 27B),
+and without `--swa-full` their cache keeps
 little more than that window. A slot that has moved on cannot always be cut back to an earlier
 position: the [checkpoint rule](01-tour.ipynb#The-checkpoint-rule) of notebook 01 (spec 3.5) decides
 when a cut-back needs a **checkpoint**, a PARTIAL_ONLY snapshot of the window cache. The server takes
@@ -19,6 +20,10 @@ Not every cut-back needs one. The window cache holds `n_swa + n_ubatch` cells pe
 default: 1024 cells here), and masked cells stay until they are overwritten. A cut-back to `pos_next`
 needs no checkpoint while `pos_min`, the oldest position still held, is below `pos_next - n_swa`: on a
 long prompt, a cut-back within about `n_ubatch` tokens of the slot's end (case *near the end* below).
+That is a **live** slot. A slot restored from the RAM cache or a slot file holds only the window
+(`state_write` skips the masked cells), so every cut-back of it needs a checkpoint, and with
+`--swa-full` one deeper than the window is re-processed in full
+([notebook 01](01-tour.ipynb#A-restored-slot-keeps-only-the-window)).
 **Defaults in this chapter.** The server's: `--ctx-checkpoints 32` per slot,
 `--checkpoint-min-step 8192`, `-ub 512`, no `--swa-full`; the first engine runs them (`-np 1 -c 4096`).
 The chat section uses `-cms 128` with a `--cache-ram 32` budget, the last one `--ctx-checkpoints 2`."""),
@@ -240,8 +245,9 @@ is cached, and its size counts the checkpoints. More checkpoints buy more places
 they cost RAM in every cache entry that carries them.
 
 ## Try this
-1. Add `--swa-full`: no checkpoints are created (the memory can be truncated), at the price of a full-
-   size SWA cache — compare `eng.ctx.state_seq_size(0)`.
+1. Add `--swa-full`: no checkpoints are created (a live slot can be cut back anywhere), at the price of
+   a full-size SWA cache. `eng.ctx.state_seq_size(0)` does not change (the state holds only the window
+   either way); the KV cache the context allocates does (notebook 07, *What `--swa-full` costs*).
 2. Lower `--checkpoint-min-step` to 0 and count the checkpoints of a long multi-turn chat.
 3. With `e3`, send the chat prompt plus a new user turn: the cached entry comes back with its two
    checkpoints. Which one is restored?
