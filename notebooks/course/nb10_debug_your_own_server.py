@@ -30,7 +30,7 @@ server's defaults otherwise."""),
 |---|---|---|---|
 | `selected slot by LRU` after `lcp = L, ... f_sim ≤ thold` for another slot | a slot held `L` tokens but its similarity was not above `-sps` | `threshold` | a lower `-sps` |
 | `- looking for better prompt` / `- prompt with length N, lcp = L, f_keep, f_sim` | the RAM cache was searched; each entry's two ratios | `floor` (f_keep < 0.25) or `two_axis` (did not beat the best on both ratios) | none moves the floor; a bigger `--cache-ram` only where entries were evicted for room |
-| `forcing full prompt re-processing due to lack of cache data` | SWA / recurrent memory cannot be cut back and no checkpoint was at or before the cut | `no_checkpoint` | `--swa-full` (an SWA model), `--ctx-checkpoints` (where the cap erased some) |
+| `forcing full prompt re-processing due to lack of cache data` | SWA / recurrent memory cannot be cut back and no checkpoint was at or before the cut | `no_checkpoint` | `--swa-full` (an SWA model; it helps a live slot only: a slot restored from the RAM cache or a file keeps only its window, notebook 01), `--ctx-checkpoints` (where the cap erased some) |
 | `restored context checkpoint (..., n_past = P)` with `P` below the common prefix | a checkpoint saved part of it; the rest is processed again | `checkpoint_early` | `--swa-full` (an SWA model); `--checkpoint-min-step` only where message delimiters put checkpoints at user messages |
 | `erased invalidated context checkpoint` | checkpoints after the cut are gone | (follows the two above) | — |
 | `- cache state: N prompts, X MiB (limits: ...)` | the RAM cache after an update: what it holds | — | `--cache-ram` |
@@ -98,8 +98,8 @@ causes = [m.cause for _, m in found]
 assert causes == ["floor", "two_axis"]
 assert found[0][1].lost == 7 and found[1][1].lost == 66 and lost == {"two_axis": 66, "floor": 7}"""),
     md("""## 3. `no_checkpoint` and `checkpoint_early`: SWA memory and context checkpoints
-Gemma 3 has a 512-token sliding window. Without `--swa-full` a slot cannot be cut back once its window
-has moved, and context checkpoints (copies of the SWA state taken 4 + n_ubatch and 4 tokens before
+Gemma 3 270M, the model these logs come from, has a 512-token sliding window (1,024 on Gemma 3 4B and
+larger). Without `--swa-full` a slot cannot be cut back once its window has moved past the cut, and context checkpoints (copies of the SWA state taken 4 + n_ubatch and 4 tokens before
 each prompt's end, and, on chat requests with message delimiters, at user-message starts more than
 `--checkpoint-min-step` apart) are the only way back. Here the third request diverges at token 209 while every
 checkpoint ends later (562, 1032): the whole prompt is processed again. The next request restores a
