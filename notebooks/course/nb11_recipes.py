@@ -226,9 +226,13 @@ png.image(fig)"""),
   scratch.
 * **Use the chat endpoint**, or send `message_delimiters` yourself: checkpoints land at user messages
   only when the server knows where they start.
-* **`id_slot` skips the RAM cache.** A request that names its slot takes that slot even when it is
-  empty, and the server then computes `f_keep = 0 / 0`, NaN, which is never `< 0.5`: no save, no
-  load (server-context.cpp:1533-1538, 1578-1589). With auto `-np` the idle-slot loop has just saved
+* **`id_slot` on an empty slot skips the RAM cache.** A request that names its slot takes that slot
+  even when it is empty, and the server then computes `f_keep = 0 / 0`, NaN, which is never `< 0.5`:
+  no save, no load (server-context.cpp:1533-1538, 1578-1589; upstream issue #28139). A pinned slot
+  that holds tokens still goes through the cache logic ("still goes through cache update logic
+  below", 1533): a prompt that keeps less than half of it (`f_keep < 0.5`, or `f_keep` 0 when its
+  similarity is not above `-sps`) saves it and loads the best entry; only `f_keep >= 0.5`, an empty
+  slot or `-sps 0` leave the cache alone. With auto `-np` the idle-slot loop has just saved
   the agent to the RAM cache and cleared slot 0 (server-context.cpp:2417-2431), so the pinned agent
   re-processes everything, every turn; unpinned, LRU takes it back from the cache (`loaded` 5 times).
 
@@ -313,6 +317,10 @@ assert [round(r.totals["peak_cache_bytes"] / GiB, 2) for r in gem.values()] == [
 assert gem["-np 6 -c 131072"].totals["tokens_reused"] == gem[RECIPE_G].totals["tokens_reused"]   # the cap and the loop cost nothing
 assert gem[RECIPE_G].totals["peak_cache_bytes"] == 0 < gem["-np 6 -c 131072"].totals["peak_cache_bytes"]
 assert [round(held_gib(r), 2) for r in gem.values()] == [7.72, 0.00, 36.56, 9.75]   # --swa-full: none taken
+auto_full = kv_gib(G, n_slots=4, kv_unified=True, swa_full=True)   # the --swa-full run's own KV cache
+print(f"KV cache with --swa-full: {auto_full:.2f} GiB on auto -np (4 unified slots), "
+      f"{mem[G][1]:.2f} GiB on -np 6")
+assert (round(auto_full, 2), round(mem[G][1], 2)) == (62.00, 62.48)
 assert " -np 6 -c 131072 " in f" {RECIPE_G} " and "--ctx-checkpoints 4" in RECIPE_G"""),
     md("""One slot per user reuses 81.4 % of the prompt tokens against 46.2 % on auto `-np`, and the recipe's
 cap and `--no-cache-idle-slots` cost nothing of it: the same reuse with no RAM-cache copies, and
@@ -320,10 +328,11 @@ cap and `--no-cache-idle-slots` cost nothing of it: the same reuse with no RAM-c
 
 Why auto `-np` loses: its four slots share one KV pool, so six users keep two conversations in
 the RAM cache, and a conversation restored from it has lost the cells that the window masks: the
-server writes a sliding-window cache's state without them (llama-kv-cache.cpp:2091-2096 at the pin).
+server writes a sliding-window cache's state without them (llama-kv-cache.cpp:2092-2097 at the pin).
 The restored slot's `pos_min` then sits a window below its end, and continuing needs a checkpoint
 (the rule of notebook 01): the server restores the one 4 tokens before the previous prompt's end, and
-processes the reply again. `--swa-full` recovers part of that (57.2 %) at 62.48 GiB of KV. One slot
+processes the reply again. `--swa-full` on auto `-np` recovers part of that (57.2 %) at 62.00 GiB of
+KV (four unified slots; the recipe's six would take 62.48). One slot
 per user keeps every conversation where it is, and the reply is found again without any checkpoint:
 the window cache keeps `n_swa + n_ubatch` cells per slot (1,536 here), so the cut-back at the reply's
 end stays within the cells still held.
