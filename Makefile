@@ -28,7 +28,7 @@ endif
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_PIN)-$(FLAVOUR)
 PROJECT_STAMP := $(VENV)/.slotlab-installed
 
-.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server llama-server-b11434 llama-server-b11549 tiny-models clean
+.PHONY: install lab test test-llamacpp test-fast notebooks bench info llama-cpp llama-server llama-server-b11434 llama-server-b11549 llama-server-proposals tiny-models clean
 
 install: $(PROJECT_STAMP)
 
@@ -81,6 +81,11 @@ llama-server-b11434:
 # context checkpoints in slot files -> build/llama-server-b11549/cmake/bin/llama-server
 llama-server-b11549:
 	$(BIN)/python -m bench.build_llama_server --tree b11549
+
+# the pin's tree with patches/proposals/*.patch applied (--cache-ram-lru, -kvcpc N; their defaults are the pin)
+# -> build/llama-server-proposals/cmake/bin/llama-server (tests/golden/traces_proposals/ were recorded on it)
+llama-server-proposals:
+	$(BIN)/python -m bench.build_llama_server --tree proposals
 
 # the tiny hybrid (qwen35) and recurrent (mamba2) test models in tests/models/ (committed; this rebuilds
 # them with llama.cpp's test-llama-archs, built in build/llama-tests, fixed seed)
