@@ -5,6 +5,8 @@
     python -m tests.golden.record_traces --build b11434 [--tiny] [NAME ...]   (or --build b11549)
         # the same traces on another build's server (`make llama-server-b11434`), into traces_b11434/
     python -m tests.golden.record_traces --server PATH --out DIR [NAME ...]   # any binary, any folder
+    python -m tests.golden.record_traces --traces tests/golden/traces_proposals --build proposals [NAME ...]
+        # the traces of another folder (here: the proposals' flags, recorded next to them)
 
 For every tests/golden/traces/NAME.json it starts llama-server with the trace's flags plus
 `--no-repack -t 2 -lv 4 --slot-save-path DIR`, sends the requests exactly as `slotlab replay` does
@@ -12,7 +14,7 @@ For every tests/golden/traces/NAME.json it starts llama-server with the trace's 
 NAME.llama-server.json (the `slotlab replay --json` schema) and NAME.llama-server.log (the server's
 log, from which tests/golden/test_golden.py reads the RAM-cache decisions). A trace that names its
 model with `-m` (the tiny hybrid / recurrent models, traces in traces_tiny/) runs on that model, the
-others on the default model; NAME is looked up in traces/ and traces_tiny/. With `--build` / `--out`
+others on the default model; NAME is looked up in traces/ and traces_tiny/ (or only in `--traces DIR`). With `--build` / `--out`
 the recordings of another build go to their own folder (the traces themselves stay where they are:
 each build answers the same requests), with the same two files per trace."""
 
@@ -136,19 +138,26 @@ def main(argv: list[str]) -> int:
                     help="record on that build's server (bench/build_llama_server.py) into traces_<build>/")
     ap.add_argument("--server", type=Path, help="the llama-server binary (default: the pin's, or --build's)")
     ap.add_argument("--out", type=Path, help="folder of the recordings (default: the trace's own, or --build's)")
+    ap.add_argument("--traces", type=Path, help="the folder of the traces (default: traces/ and traces_tiny/); "
+                    "with it the recordings go next to the traces unless --out says otherwise")
     args = ap.parse_args(argv)
     server, out = args.server, args.out
     if args.build:
         server = server or server_binary(args.build)
         if server is None:
             ap.error(f"llama-server {args.build} is not built: run `make llama-server-{args.build}`")
-        out = out or build_dir(args.build)
+        out = out or (args.traces if args.traces else build_dir(args.build))
     if server is not None and not server.exists():
         ap.error(f"no such binary: {server}")
 
     def stems(d: Path) -> list[str]:
         return sorted(p.stem for p in d.glob("*.json") if ".llama-server" not in p.name)
 
+    if args.traces:
+        names = args.names or stems(args.traces)
+        for n in names:
+            record(args.traces / f"{n}.json", out, server)
+        return 0
     names = args.names or (stems(TINY_DIR) if args.tiny else stems(DIR))
     for n in names:
         record(DIR / f"{n}.json" if (DIR / f"{n}.json").exists() else TINY_DIR / f"{n}.json", out, server)
