@@ -392,6 +392,10 @@ def cmd_proxy(argv: list[str]) -> int:
 
 
 def cmd_simulate(argv: list[str]) -> int:
+    if any(a.split("=", 1)[0] in ("--fleet", "--router", "--scheduler") for a in argv):  # N servers behind a router
+        from slotlab.fleet.cli import fleet_main
+
+        return fleet_main(argv)
     from slotlab.sim.cli import simulate_main
 
     return simulate_main(argv)
