@@ -190,3 +190,25 @@ def test_fleet_json_and_errors(capsys):
         assert main(["simulate", str(SLICE), *bad]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("slotlab: error: " + said) and "Traceback" not in err[0]
+
+
+def test_scheduler_address_on_the_command_line(capsys):
+    distributed = pytest.importorskip("dask.distributed")
+    argv = ["simulate", str(SLICE), "--limit", "30", "--fleet", "2", "--router", "round-robin", "--json",
+            "--profile", "llama-3.1-8b", "--prefill-tps", "8000", "--gen-tps", "60", "-np", "2", "--no-bounds"]
+    from slotlab.cli import main
+
+    def doc(extra=()):
+        assert main(argv + list(extra)) == 0
+        d = json.loads(capsys.readouterr().out)
+        d["totals"].pop("wall_seconds")
+        for s in d["servers"]:
+            s["totals"].pop("wall_seconds"), s.pop("wall_seconds")
+        d["fleet"].pop("how")
+        return d
+
+    serial = doc()
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                                  dashboard_address=None) as cl:
+        assert cl.scheduler_address.startswith("tcp://")
+        assert doc(["--scheduler", cl.scheduler_address]) == serial
