@@ -15,9 +15,12 @@ import numpy as np
 #: Two, not one: every request of Mooncake's conversation trace begins with block 0 (a system
 #: prompt they all share), so a key of the first block alone sends the whole trace to one server.
 SESSION_BLOCKS = 2
+#: prompt tokens a session key is made of where the trace has neither a conversation key nor block ids
+SESSION_TOKENS = 1024
 #: tokens a router hashes into one block of a prompt that has no block ids (slotlab traces, session
-#: logs): Mooncake's block size, so both kinds of trace are indexed alike
-BLOCK_TOKENS = 512
+#: logs): a KV-aware router indexes KV blocks of tens of tokens (Dynamo: the engine's block size),
+#: and a chat prompt is often shorter than Mooncake's 512-token blocks
+BLOCK_TOKENS = 64
 
 
 def _digest(data: bytes) -> int:
@@ -32,12 +35,12 @@ def stable_hash(key) -> int:
 def session_key(req, vocab=None):
     """The conversation a request belongs to, as a sticky-session router keys it: the trace's own
     conversation key where it has one (session logs: `session`), else its first `SESSION_BLOCKS`
-    block ids (Mooncake), else a digest of its first `SESSION_BLOCKS * BLOCK_TOKENS` prompt tokens."""
+    block ids (Mooncake), else a digest of its first `SESSION_TOKENS` prompt tokens."""
     if req.session is not None:
         return ("session", str(req.session))
     if req.hash_ids:
         return ("blocks", tuple(int(h) for h in req.hash_ids[:SESSION_BLOCKS]))
-    toks = np.asarray(req.tokens(vocab), dtype=np.int32)[:SESSION_BLOCKS * BLOCK_TOKENS]
+    toks = np.asarray(req.tokens(vocab), dtype=np.int32)[:SESSION_TOKENS]
     return ("tokens", _digest(toks.tobytes()))
 
 
