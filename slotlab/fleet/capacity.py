@@ -9,6 +9,9 @@ are checked, over the fleet's own run:
 * queue: the p99 queue wait exceeds `WAIT_LIMIT_S` and the last tenth of the trace waits longer
   than the first tenth (the wait grows instead of staying put).
 
+Beside the estimate, `busy_s` is what the run shows: per server, the time it had a request launched
+and not answered (a server busy past the last arrival is working off a backlog).
+
 The work of a request is what the speed model charges for what the server actually did: prefilling
 its `prompt_n` tokens (`decode_time` in micro-batches) plus generating its `predicted_n` tokens as
 one of `-np` sequences stepping together (a step of -np rows, shared by -np: the best case of
@@ -34,6 +37,22 @@ def request_work(r: dict, speed, n_slots: int) -> float:
     return speed.decode_time(r["prompt_n"], 1) + r["predicted_n"] * speed.decode_time(b, b) / b
 
 
+def busy_seconds(rows: list[dict]) -> float:
+    """How long a server had at least one request launched and not answered: the union of the rows'
+    [arrival + queue wait, end] (observed in the run, unlike the work estimate)."""
+    iv = sorted((r["arrival"] + r["queue_wait"], r["end"]) for r in rows
+                if r.get("queue_wait") is not None and r.get("end") is not None)
+    total, lo, hi = 0.0, None, None
+    for a, b in iv:
+        if hi is None or a > hi:
+            if hi is not None:
+                total += hi - lo
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    return total + (hi - lo if hi is not None else 0.0)
+
+
 def check(trace, results: list[dict], choices: list[int], n: int, speed, n_slots: int) -> dict:
     """The capacity verdict of a fleet run: per-server work, the span, the signs, the smallest N."""
     arr = [q.arrival for q in trace.requests]
@@ -42,6 +61,9 @@ def check(trace, results: list[dict], choices: list[int], n: int, speed, n_slots
     for r in results:
         work[choices[r["i"]]] += request_work(r, speed, n_slots)
     total = sum(work)
+    per: list[list[dict]] = [[] for _ in range(n)]
+    for r in results:
+        per[choices[r["i"]]].append(r)
     ok = [r for r in results if r.get("status") == 200 and r.get("queue_wait") is not None]
     waits = [r["queue_wait"] for r in ok]
     p99 = float(np.percentile(waits, 99)) if waits else 0.0  # as the totals take it
@@ -53,7 +75,8 @@ def check(trace, results: list[dict], choices: list[int], n: int, speed, n_slots
     busy = [s for s in range(n) if span > 0 and work[s] > span]
     queue = p99 > WAIT_LIMIT_S and growing
     need = math.ceil(total / span) if span > 0 else None
-    return {"span_s": round(span, 3), "work_s": [round(w, 3) for w in work], "busy_servers": busy,
+    return {"span_s": round(span, 3), "work_s": [round(w, 3) for w in work],
+            "busy_s": [round(busy_seconds(rows), 3) for rows in per], "busy_servers": busy,
             "queue_wait_p99": round(p99, 3), "queue_wait_first_tenth_median": round(med(first), 3),
             "queue_wait_last_tenth_median": round(med(last), 3), "overloaded": bool(busy or queue),
             "min_servers": need}

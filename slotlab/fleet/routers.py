@@ -49,7 +49,8 @@ class Choice:
     data: dict = field(default_factory=dict)
 
     def record(self, i: int, arrival: float) -> dict:
-        return {"i": i, "arrival": round(arrival, 6), "server": self.server, "why": self.why, **self.data}
+        return {"event": "route", "i": i, "arrival": round(arrival, 6), "server": self.server, "why": self.why,
+                **self.data}
 
 
 class Router:
