@@ -41,9 +41,12 @@ alice1 = SYSTEM + "User Alice: which ports handle container ships in the north s
 bob1 = SYSTEM + "User Bob: how long does customs clearance take?"
 r_a1 = ask(eng, alice1, 8); print(summary(r_a1))
 r_b1 = ask(eng, bob1, 8); print(summary(r_b1))
-assert r_a1["id_slot"] == 3 and r_a1["timings"]["cache_n"] == 0 and r_a1["timings"]["prompt_n"] == 27
-assert r_a1["tokens_evaluated"] == 27 and r_a1["tokens_cached"] == 34          # 27 prompt + 8 generated - 1
-assert r_b1["id_slot"] == 3 and r_b1["timings"]["cache_n"] == 0 and r_b1["timings"]["prompt_n"] == 24
+assert (r_a1["id_slot"] == 3 and r_a1["timings"]["cache_n"] == 0
+        and r_a1["timings"]["prompt_n"] == 27)
+# 27 prompt + 8 generated - 1
+assert r_a1["tokens_evaluated"] == 27 and r_a1["tokens_cached"] == 34
+assert (r_b1["id_slot"] == 3 and r_b1["timings"]["cache_n"] == 0
+        and r_b1["timings"]["prompt_n"] == 24)
 assert r_b1["tokens_evaluated"] == 24 and r_b1["tokens_cached"] == 31"""),
     md("""Bob's request went to Alice's slot, and nothing of it was reused. The server's decisions, from
 the engine's events:"""),
@@ -53,8 +56,10 @@ the engine's events:"""),
 d = event("slot_decision", 1)
 saved = event("cache_alloc", 1)
 lcp = d.held.lcp
-print(f"slot chosen by {d.how}: f_sim {d.f_sim:.3f} = {lcp}/24 (> -sps 0.10), f_keep {d.f_keep:.3f} = {lcp}/34 (< 0.50)")
-print(f"so the RAM cache was updated first: slot {saved.id_slot}'s {saved.n_tokens} tokens (Alice's) saved as "
+print(f"slot chosen by {d.how}: f_sim {d.f_sim:.3f} = {lcp}/24 (> -sps 0.10), f_keep "
+      f"{d.f_keep:.3f} = {lcp}/34 (< 0.50)")
+print(f"so the RAM cache was updated first: slot {saved.id_slot}'s {saved.n_tokens} tokens "
+      f"(Alice's) saved as "
       f"entry #{saved.entry_id} with {saved.n_checkpoints} checkpoint")
 print(why(eng))
 assert d.how == "lcp" and lcp == 15 and d.update_cache
@@ -85,7 +90,8 @@ assert steps["slot"] == "slot 3 by LCP similarity, f_sim 0.625"
 assert steps["cache"] == "saved 34 tokens as entry #0; no entry loaded"
 assert steps["n_past"] == "common prefix 15 -> cache_n 0" and steps["shift"] == "none"
 assert steps["checkpoint"] == "none usable: full re-processing, n_past 0"
-assert steps["prefill"] == "24 tokens prefilled, checkpoints at [20]" and steps["release"] == "slot 3 idle with 31 tokens"
+assert (steps["prefill"] == "24 tokens prefilled, checkpoints at [20]"
+        and steps["release"] == "slot 3 idle with 31 tokens")
 flow.image(eng, 1)"""),
     md("""Bob's prompt shares its first 15 tokens with Alice's: the system prompt and `User`. Her slot was
 idle, so the server picked it by **LCP similarity** (`f_sim` 15/24 above `-sps 0.10`, spec 1.2). But
@@ -96,20 +102,25 @@ Then it re-processed Bob's whole prompt: `no usable checkpoint: full re-processi
 The sliding window is not why: the slot held 34 tokens and Gemma 3 270M's window is 512, so nothing had
 left it. Bob lost his 15 shared tokens to the server's **checkpoint rule**, which the next section
 states and draws once. (The notebooks that follow refer back to it.) First, Alice comes back:"""),
-    code("""alice2 = alice1 + " Assistant: Rotterdam, Hamburg, Antwerp. User Alice: and which of them is deepest?"
+    code("""alice2 = alice1 + (" Assistant: Rotterdam, Hamburg, Antwerp."
+                   " User Alice: and which of them is deepest?")
 carol = "Translate to German: the weather is lovely today."
 r_c = ask(eng, carol, 6); print(summary(r_c))
 r_a2 = ask(eng, alice2, 8); print(summary(r_a2))
-scores = [f"entry #{s['entry_id']}: {s['n_tokens']} tokens, lcp {s['lcp']}, f_keep {s['f_keep']:.3f}, "
-          f"f_sim {s['f_sim']:.3f}{'  <- restored' if s['winner'] else ''}" for s in event("cache_load_scores", 3).scores]
+scores = [f"entry #{s['entry_id']}: {s['n_tokens']} tokens, lcp {s['lcp']}, f_keep "
+          f"{s['f_keep']:.3f}, "
+          f"f_sim {s['f_sim']:.3f}{'  <- restored' if s['winner'] else ''}"
+          for s in event("cache_load_scores", 3).scores]
 print("\\n".join(scores))
 print(why(eng, 2))
 assert r_c["id_slot"] == 2 and r_c["timings"]["prompt_n"] == 11 and r_c["tokens_cached"] == 16
-assert r_a2["id_slot"] == 1 and r_a2["timings"]["cache_n"] == 22 and r_a2["timings"]["prompt_n"] == 23
+assert (r_a2["id_slot"] == 1 and r_a2["timings"]["cache_n"] == 22
+        and r_a2["timings"]["prompt_n"] == 23)
 assert r_a2["tokens_evaluated"] == 45 and r_a2["tokens_cached"] == 52
 assert scores == ["entry #0: 34 tokens, lcp 27, f_keep 0.794, f_sim 0.600  <- restored",
                   "entry #1: 31 tokens, lcp 15, f_keep 0.484, f_sim 0.333"]
-assert "RAM entry #0 restored (f_keep 0.79, f_sim 0.60 beat baseline -1.00); checkpoint restored (n_past 22)" in why(eng, 1)
+assert ("RAM entry #0 restored (f_keep 0.79, f_sim 0.60 beat baseline -1.00); checkpoint restored "
+        "(n_past 22)" in why(eng, 1))
 assert "22 tokens reused, 23 prefilled" in why(eng, 1)"""),
     md("""Alice's follow-up went to the least recently used slot (1). That slot was empty, so any entry
 above the 0.25 `f_keep` floor beats it. Her old prompt, entry #0, shares 27 tokens with the
@@ -154,7 +165,8 @@ window* below). The picture draws both requests from the engine's events:"""),
 bob, alice = checkpoints.rewind(eng, 1), checkpoints.rewind(eng, 3)
 for r in (bob, alice):
     print(r.sentence())
-assert (bob.pos_next, bob.pos_min, bob.pos_min_thold, bob.checkpoints, bob.chosen) == (15, 0, 0, [(0, 22, 23)], None)
+assert (bob.pos_next, bob.pos_min, bob.pos_min_thold, bob.checkpoints, bob.chosen) == (15, 0, 0,
+    [(0, 22, 23)], None)
 assert (alice.pos_next, alice.pos_min_thold, alice.chosen, alice.n_past) == (27, 0, (0, 22, 23), 22)
 assert bob.n_held == 34 and alice.n_held == 34 and eng.memory.info.n_swa == 512
 checkpoints.figure(eng, [1, 3])"""),
@@ -177,14 +189,17 @@ model = eng.model
 tmpl = ChatTemplate(model)            # this GGUF has no template: the server's fallback, ChatML
 DELIMS = tmpl.delimiters()            # what the chat endpoint sends with each request
 POLICY = "You are the support assistant of a bicycle shop. " + " ".join(
-    f"Policy {i}: item {i} ships within {i % 5 + 1} days, and a return of item {i} needs receipt R{1000 + i}."
+    f"Policy {i}: item {i} ships within {i % 5 + 1} days, and a return of item {i} needs receipt "
+        f"R{1000 + i}."
     for i in range(110))
-n_system = len(model.tokenize(tmpl.apply([{"role": "system", "content": POLICY}], add_generation_prompt=False)))
+n_system = len(model.tokenize(tmpl.apply([{"role": "system", "content": POLICY}],
+                                         add_generation_prompt=False)))
 
 def two_users(e):
-    \"\"\"Ana, then Ben, the same system prompt, one question each; Ben's result and rewind decision.\"\"\"
+    \"\"\"Ana, then Ben, one question each after the same system prompt: Ben's result and rewind.\"\"\"
     for u in ("Ana", "Ben"):
-        msgs = [{"role": "system", "content": POLICY}, {"role": "user", "content": f"I am {u}. Where is my order 7?"}]
+        msgs = [{"role": "system", "content": POLICY},
+                {"role": "user", "content": f"I am {u}. Where is my order 7?"}]
         r = ask(e, tmpl.apply(msgs), 8, message_delimiters=DELIMS)
     k = checkpoints.rewind(e, 1)
     e.close()
@@ -193,19 +208,26 @@ def two_users(e):
 PROFILES = Path(slotlab.__file__).parent / "sim" / "profiles"
 ben = {"gemma-3-270m (live)": two_users(Engine("-c 8192", model=model))}
 for name in ("gemma-3-27b", "qwen3.5-27b"):
-    ben[name] = two_users(paper_engine(["-c", "131072"], vocab=model, profile=ModelProfile.from_json(PROFILES / f"{name}.json"))[0])
+    ben[name] = two_users(paper_engine(["-c", "131072"], vocab=model,
+        profile=ModelProfile.from_json(PROFILES / f"{name}.json"))[0])
 print(f"toy: Bob shares {bob.lcp} tokens with Alice, reuses {r_b1['timings']['cache_n']}")
 print(f"chat: system prompt {n_system:,} tokens")
 for name, (r, k) in ben.items():
-    print(f"  {name:20s} Ben: cache_n {r['timings']['cache_n']:,}, prompt_n {r['timings']['prompt_n']}; {k.sentence()}")
+    print(f"  {name:20s} Ben: cache_n {r['timings']['cache_n']:,}, prompt_n "
+          f"{r['timings']['prompt_n']}; {k.sentence()}")
 (live, k_live), (g27, k_g27), (q27, k_q27) = ben.values()
 assert n_system == 3435 and (bob.lcp, r_b1["timings"]["cache_n"]) == (15, 0)
-assert live["timings"]["cache_n"] == g27["timings"]["cache_n"] == k_live.lcp == 3445 > n_system and live["timings"]["prompt_n"] == 23
-assert k_live.chosen is None and (k_live.pos_min, k_live.pos_min_thold, k_live.n_held) == (915, 2933, 3475)
-assert k_live.pos_min == k_live.n_held - (512 * 4 + 512)          # the window cache's 2,560 cells, all written
-assert k_g27.chosen is None and (k_g27.pos_min, k_g27.pos_min_thold) == (0, 2421) and g27["timings"]["prompt_n"] == 23
+assert (live["timings"]["cache_n"] == g27["timings"]["cache_n"] == k_live.lcp == 3445 > n_system
+        and live["timings"]["prompt_n"] == 23)
+assert (k_live.chosen is None
+        and (k_live.pos_min, k_live.pos_min_thold, k_live.n_held) == (915, 2933, 3475))
+# the window cache's 2,560 cells, all written
+assert k_live.pos_min == k_live.n_held - (512 * 4 + 512)
+assert (k_g27.chosen is None and (k_g27.pos_min, k_g27.pos_min_thold) == (0, 2421)
+        and g27["timings"]["prompt_n"] == 23)
 assert k_q27.pos_min == 3474 >= k_q27.pos_min_thold == 3445    # one position: the recurrent state's
-assert q27["timings"]["cache_n"] == k_q27.n_past == n_system == 3435 and k_q27.chosen[2] == 3435 and q27["timings"]["prompt_n"] == 33"""),
+assert (q27["timings"]["cache_n"] == k_q27.n_past == n_system == 3435 and k_q27.chosen[2] == 3435
+        and q27["timings"]["prompt_n"] == 33)"""),
     md("""On the default model Ben reuses 3,445 tokens: the system prompt and his message's first tokens
 (`<|im_start|>user` and `I am `), with no checkpoint at all. The rule said a cut-back needs one if
 `pos_min >= pos_next - n_swa`; Ana's slot held 3,475 tokens, and the window cache (2,560 cells in this
@@ -253,7 +275,7 @@ ROWS = {"live slot": ([], False), "restored slot": ([], True),
         "restored slot, --swa-full": (["--swa-full"], True)}
 
 def cut_back(row, cut):
-    \"\"\"Ana's slot (live, or saved to a file and restored) cut back to `cut`: (held, pos_min, cache_n).\"\"\"
+    \"\"\"Ana's slot (live, or saved to a file and restored) cut back to `cut`.\"\"\"
     flags, restored = ROWS[row]
     e, _ = paper_engine(["-c", "8192", "--slot-save-path", str(files), *flags],
                         vocab=model, profile=g270)
@@ -282,14 +304,16 @@ for row in ROWS:
     reach = f"to {first[row]:,} and later" if row in first else "nowhere, not even at its end"
     print(f"{row:26s} window layers hold {pos_min[row]:,} to {N - 1:,}; "
           f"cut back without re-processing: {reach}")
-assert N == k_live.n_held == 3475 and N - 1 == 3474 and pos_min["live slot"] == k_live.pos_min == 915
+assert (N == k_live.n_held == 3475 and N - 1 == 3474
+        and pos_min["live slot"] == k_live.pos_min == 915)
 assert pos_min["restored slot"] == pos_min["restored slot, --swa-full"] == N - 512 == 2963
 assert pos_min["live slot, --swa-full"] == 0
 assert first == {"live slot": 915 + 512 + 1, "live slot, --swa-full": 1,
                  "restored slot, --swa-full": 2963 + 1} == {"live slot": 1428,
                  "live slot, --swa-full": 1, "restored slot, --swa-full": 2964}
 assert all(all((n == c) == (c >= first[r]) for c, n in probe[r].items()) for r in first)
-assert not any(probe["restored slot"].values())    # every cut-back re-processed: the file has no checkpoint"""),
+# every cut-back re-processed: the file has no checkpoint
+assert not any(probe["restored slot"].values())"""),
     code("""from matplotlib.patches import Patch
 fig, ax = png.new(9, 2.6)
 KEPT, NEED, LOST, WIN = "#4c78a8", "#f58518", "#d62728", "#9467bd"
@@ -306,14 +330,15 @@ ax.set_xlim(0, N)
 ax.set_xlabel(f"cut back to pos_next (Ana's slot holds {N:,} tokens; Gemma 3 270M, n_swa 512)")
 handles = [Patch(color=c) for c in (KEPT, NEED, LOST, WIN)]
 ax.legend(handles, ["cut back, nothing re-processed", "needs a checkpoint at or before the cut",
-                    "re-processed: --swa-full takes no checkpoints", "cells the window layers hold"],
+                    "re-processed: --swa-full takes no checkpoints",
+                    "cells the window layers hold"],
           loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
 ax.set_title("where a slot can be cut back: live or restored, --swa-full off or on", loc="left")
 png.image(fig)"""),
     md("""Read it row by row (`N` = the tokens the slot holds):
 
-* **Live slot**: cut back anywhere above `pos_min + n_swa` (1,428 here) with no checkpoint; deeper
-  needs one (the server takes them near each prompt's end and at user messages).
+* **Live slot**: cut back to `pos_next > pos_min + n_swa` (1,428 and later here) with no checkpoint;
+  deeper needs one (the server takes them near each prompt's end and at user messages).
 * **Restored slot**: its `pos_min` is `N - n_swa`, and the threshold of a cut-back to `pos_next <= N`
   is at most `N - n_swa`: **every** cut-back, even continuing at the very end, needs a checkpoint. A
   stock slot file brings none, so everything is re-processed (notebook 03); a RAM-cache entry brings
@@ -332,13 +357,18 @@ without `--swa-full`.**"""),
 cache, and how many were processed."""),
     code("""import json
 for s in eng.slots_json():
-    print(json.dumps({k: s.get(k) for k in ("id", "n_ctx", "is_processing", "id_task", "n_prompt_tokens")}))
+    print(json.dumps({k: s.get(k)
+                      for k in ("id", "n_ctx", "is_processing", "id_task", "n_prompt_tokens")}))
 m = eng.metrics
-print(f"prompt tokens reused {m.prompt_tokens_cached_total}, processed {m.prompt_tokens_total}, hit rate {m.hit_rate:.1%}")
-assert m.prompt_tokens_cached_total == sum(r["timings"]["cache_n"] for r in (r_a1, r_b1, r_c, r_a2)) == 22
+print(f"prompt tokens reused {m.prompt_tokens_cached_total}, processed {m.prompt_tokens_total}, "
+      f"hit rate {m.hit_rate:.1%}")
+assert (m.prompt_tokens_cached_total == sum(r["timings"]["cache_n"]
+                                            for r in (r_a1, r_b1, r_c, r_a2)) == 22)
 assert m.prompt_tokens_total == 85 and f"{m.hit_rate:.1%}" == "20.6%"
-assert [s["n_ctx"] for s in eng.slots_json()] == [8192] * 4 and eng.slots_json()[1]["n_prompt_tokens"] == 52
-allocs = [(e.data["entry_id"], e.data["n_tokens"], e.data["id_slot"]) for e in eng.events.log if e.kind == "cache_alloc"]
+assert ([s["n_ctx"] for s in eng.slots_json()] == [8192] * 4
+        and eng.slots_json()[1]["n_prompt_tokens"] == 52)
+allocs = [(e.data["entry_id"], e.data["n_tokens"], e.data["id_slot"]) for e in eng.events.log
+          if e.kind == "cache_alloc"]
 print("RAM cache entries saved so far (entry, tokens, from slot):", allocs)
 assert allocs == [(0, 34, 3), (1, 31, 3), (2, 16, 2)]"""),
     md("""Slot 1 holds Alice's 52 tokens, and the other slots hold none. After each launch the server saves
@@ -354,7 +384,8 @@ panel above redraws up to ten times a second while the requests run (scroll up a
 on timing; `t.wait()` blocks until a request is done."""),
     code("""eng.pause()
 eng.start()
-users = ["Dmitri: which port is closest to Berlin?", "Erin: are there night ferries to Oslo?", "Farah: where can I store luggage?"]
+users = ["Dmitri: which port is closest to Berlin?", "Erin: are there night ferries to Oslo?",
+         "Farah: where can I store luggage?"]
 tasks = [eng.submit(SYSTEM + "User " + u, n_predict=48, ignore_eos=True) for u in users]
 eng.resume()"""),
     code("""for t in tasks:
@@ -364,7 +395,8 @@ rows = [(t.id, t.result["id_slot"], checkpoints.rewind(eng, t.id)) for t in task
 for tid, slot, r in rows:
     print(f"task {tid}, slot {slot}: common prefix {r.lcp} of {r.n_held} held, checkpoints end at "
           f"{[c[1] for c in r.checkpoints]} -> cache_n {r.n_past}")
-assert [(t.result["id_slot"], t.result["timings"]["prompt_n"], t.result["tokens_cached"]) for t in tasks] == \\
+assert [(t.result["id_slot"], t.result["timings"]["prompt_n"], t.result["tokens_cached"])
+        for t in tasks] == \\
     [(1, 24, 71), (0, 24, 71), (3, 23, 70)]                                     # three slots at once
 assert [(tid, r.lcp, r.n_held, [c[1] for c in r.checkpoints], r.n_past, r.chosen) for tid, _, r in rows] == [
     (4, 15, 52, [22, 21, 40], 0, None), (5, 15, 31, [19], 0, None), (6, 15, 52, [22, 21, 40], 0, None)]"""),
@@ -411,11 +443,16 @@ for r, n in zip(pd.evictions.y, pd.evictions.symbol):
 print("plot 3, evictions by reason:", sorted(by_reason.items()))
 print("legend, plot 1:", [label for _, label in one])
 print("legend, plot 2:", [label for _, label in two])
-evicted = Counter((round(e.t, 3), e.data["reason"]) for e in eng.events.log if e.kind == "cache_evict" or
-                  e.kind == "slot_clear" and e.data["reason"] == "idle_clear" and e.data["n_tokens"] > 0)
-assert marks == sorted((t, r, n) for (t, r), n in evicted.items())     # one mark per eviction time and reason
-assert by_reason == Counter(r for (_, r), n in evicted.items() for _ in range(n))  # every eviction counted once
-assert [k for k, _ in one] == [k for k in pd.prov if pd.prov[k].x] + ["divergence"] * bool(pd.divergence.x)
+evicted = Counter((round(e.t, 3), e.data["reason"]) for e in eng.events.log
+                  if e.kind == "cache_evict" or
+                  e.kind == "slot_clear" and e.data["reason"] == "idle_clear"
+                  and e.data["n_tokens"] > 0)
+# one mark per eviction time and reason
+assert marks == sorted((t, r, n) for (t, r), n in evicted.items())
+# every eviction counted once
+assert by_reason == Counter(r for (_, r), n in evicted.items() for _ in range(n))
+assert ([k for k, _ in one] == [k for k in pd.prov
+                                if pd.prov[k].x] + ["divergence"] * bool(pd.divergence.x))
 panel_image(eng)"""),
     md("""## Try this
 1. Re-create the engine with `"-c 8192 -sps 0"` (similarity selection off) and replay the four
