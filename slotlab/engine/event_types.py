@@ -621,17 +621,27 @@ class CacheLruPlaced(RamCacheEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CacheDisk(RamCacheEvent):
-    """Proposal cache-disk (PR #28092): an entry the RAM limits evicted is written to the disk tier
-    (`cache_disk_write`), dropped from it to make room (`cache_disk_evict`), or read back from it into a
-    slot (`cache_disk_load`, the load's winner)."""
-    KINDS = (CACHE_DISK_WRITE, CACHE_DISK_EVICT, CACHE_DISK_LOAD)
+class CacheDiskWrite(RamCacheEvent):
+    """Proposal cache-disk (PR #28092): an entry the RAM limits evicted is written to the disk tier."""
+    KINDS = (CACHE_DISK_WRITE,)
     entry_id: int
     """The entry."""
     n_tokens: int
     """Its prompt length."""
     size: int
     """Its bytes on disk."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheDiskEvict(CacheDiskWrite):
+    """Proposal cache-disk: the disk tier's oldest entry dropped to make room for another."""
+    KINDS = (CACHE_DISK_EVICT,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheDiskLoad(CacheDiskWrite):
+    """Proposal cache-disk: the load's winner read back from the disk tier into a slot."""
+    KINDS = (CACHE_DISK_LOAD,)
 
 
 @dataclass(frozen=True, kw_only=True)

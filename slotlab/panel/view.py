@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import html
 import logging
 import threading
@@ -330,7 +331,8 @@ class Panel(w.VBox):
     def _render_header(self, st: PanelState) -> None:
         flags = " ".join(st.flags) or "(server defaults)"
         value = (f"<b>slotlab</b> (models llama.cpp b{LLAMA_CPP_BUILD}) · {st.n_slots} slots · n_ctx_slot {st.n_ctx_slot} · n_swa {st.n_swa} · "
-                 f"<code>{_esc(flags)}</code> · event #{st.last_seq} · {st.n_requests} requests done"
+                 f"<code>{_esc(flags)}</code>{_proposals_note(tuple(st.flags))} · event #{st.last_seq} · "
+                 f"{st.n_requests} requests done"
                  + ("" if self.live else " · <b style='color:#b00'>scrubbing (not live)</b>"))
         note = getattr(self.engine, "panel_note", None)  # a source that is not an Engine (slotlab.watch) says what it is
         if note is not None:
@@ -463,3 +465,19 @@ class Panel(w.VBox):
         self.slot_table.value = ("<table class='slotlab-slots'><tr><th>slot</th><th>state</th><th>task</th><th>n_tokens</th>"
                                  "<th>cache_n</th><th>prompt_n</th><th>n_gen</th><th>ckpts</th><th>history (cached+prefilled)</th></tr>"
                                  + "".join(rows) + "</table>")
+
+
+@functools.lru_cache(maxsize=8)
+def _proposals_note(flags: tuple) -> str:
+    """The changes to the build's rules the flags turn on (slotlab/proposals), for the header: a
+    proposal is a visible choice wherever the server's decisions are shown."""
+    from slotlab.engine.params import ServerParams
+    from slotlab.proposals import active
+
+    try:
+        ps = active(ServerParams.from_args(list(flags)))
+    except Exception:  # noqa: BLE001 - flags a source reports that slotlab does not parse: nothing to add
+        return ""
+    if not ps:
+        return ""
+    return " · <b style='color:#b35900'>rules changed by " + _esc(", ".join(p.label() for p in ps)) + "</b>"

@@ -132,14 +132,15 @@ def table_lines(rows: list[PricedRow]) -> list[str]:
     props = [r for r in rows if r.kind == "proposal" and not r.error]
     best = max(props, key=lambda r: (r.prefill_seconds_saved, r.reused), default=None)
     built = rows[0]
-    if best is not None and best.prefill_seconds_saved > 0:
+    # a change smaller than 0.1 % of what the server prefills is noise for a decision, not a best change
+    if best is not None and best.prefill_seconds_saved > 0 and built.prefilled - best.prefilled >= built.prefilled / 1000:
         out.append(f"best change to llama-server here: {best.name} ({best.origin}, "
                    f"{'verified' if best.verified else 'unverified'}): {best.reused - built.reused:,} tokens more "
                    f"reused, {best.prefill_seconds_saved:,.1f} s of prefill saved")
     elif best is not None:
         more = [r.name for r in props if r.reused > built.reused]
-        out.append("no proposal saves prefill time over llama-server as built on this traffic" + (
-            f" ({', '.join(more)} reuse more tokens, at a cost that outweighs them)" if more else ""))
+        out.append("no proposal saves 0.1 % of the prefill of llama-server as built on this traffic" + (
+            f" ({', '.join(more)} reuse more tokens: too few, or at a cost that outweighs them)" if more else ""))
     return out
 
 

@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from slotlab.engine import event_types as T
+from slotlab.proposals import active as active_proposals
 from slotlab.sim.fastforward import FastForward
 from slotlab.sim.paper_replay import paper_engine
 from slotlab.sim.speed import SpeedModel
@@ -105,6 +106,12 @@ class SimResult:
             out.append(f"bound       an infinite prefix cache could reuse {t['infinite_cache_tokens']} "
                        f"({pct(t['infinite_cache_tokens'], t['prompt_tokens'])})")
         ev = ", ".join(f"{k} {v}" for k, v in sorted(t["evictions"].items())) or "none"
+        if t.get("proposals"):
+            from slotlab.proposals import get
+
+            out.append("rules       the build's own, changed by " + ", ".join(get(n).label() for n in t["proposals"])
+                       + (f"; {t['disk_reads']} entries ({t['disk_read_bytes'] / 2**30:.1f} GiB) read back from disk"
+                          if t.get("disk_reads") else ""))
         out += [
             f"ram cache   peak {t['peak_cache_bytes'] / 2**20:.1f} MiB; evictions: {ev}; slot clears: "
             + (", ".join(f"{k} {v}" for k, v in sorted(t["slot_clears"].items())) or "none"),
@@ -444,6 +451,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         "evictions": dict(evictions), "slot_clears": dict(clears),
         "peak_cache_bytes": max(alloc.peak_bytes, peak[0]),
         "disk_reads": disk[0], "disk_read_bytes": disk[1],
+        "proposals": [p.name for p in active_proposals(params)],  # the changes to the build's rules it ran
         "queue_wait_p50": _pct(waits, 50), "queue_wait_p99": _pct(waits, 99),
         "ttft_p50": _pct(ttfts, 50), "ttft_p99": _pct(ttfts, 99),
         "speed": speed.source or f"t_fixed {speed.t_fixed:g} s, t_token {speed.t_token:g} s",

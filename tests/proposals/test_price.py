@@ -90,3 +90,18 @@ def test_the_disk_tier_keeps_what_ram_evicts_and_gives_it_back():
     assert res.entry is tiered.disk[0]
     assert tiered.restore(res.entry, lambda b: len(b)) and not tiered.disk and tiered.disk_size() == 0
     assert "cache_disk_load" in [r.kind for r in tiered.take_events()]
+
+
+def test_a_simulation_with_the_disk_tier_reads_back_at_most_one_entry_a_request():
+    """The disk tier's three events are told apart (a write is not a read) and simulate's totals count
+    only the reads: at most one a request (a slot loads one entry), every one written before."""
+    from collections import Counter
+
+    seen: Counter = Counter()
+    tr = load_sim_trace(str(MOONCAKE), limit=120)
+    res = simulate(tr, ["-np", "4", "--cache-disk", "65536"], speed=SpeedModel.from_rates(8000, 60),
+                   profile=resolve_profile("llama-3.1-8b"), listen=lambda ev: seen.update([ev.kind]), hindsight=False)
+    t = res.totals
+    assert seen["cache_disk_write"] > 0 and t["disk_reads"] == seen["cache_disk_load"] <= seen["cache_disk_write"]
+    assert t["disk_reads"] <= t["n_requests"] and t["proposals"] == ["cache-disk"]
+    assert "changed by cache-disk (PR #28092, unverified)" in "\n".join(res.lines())
