@@ -22,7 +22,8 @@ routing is the lockstep routing, and the final runs are the servers' simulations
 (the results equal N step functions advanced together on one clock).
 
 What it costs: N runs of the first guess, plus at most two server runs per changed choice (fewer
-when changes share an arrival time); `stats` reports the re-runs, the changed choices and the
+when changes share an arrival time); the runs of one batch (the first N, the servers re-run at one
+arrival time) are independent, so on Dask they run in parallel; `stats` reports the re-runs, the changed choices and the
 requests simulated in all, against the trace's length. A good guess is cheap; a chaotic one (many
 near-ties in flight) costs up to ~2 x changes x the requests of a server. A reply comes back at the
 request's `end` as the results report it (rounded to microseconds)."""
@@ -34,7 +35,6 @@ from typing import Callable
 
 from slotlab.fleet.routers import Choice, Router
 from slotlab.fleet.servers import ServerRun
-from slotlab.fleet.split import parts_of
 
 INF = float("inf")
 
@@ -68,42 +68,44 @@ def _route(reqs, router: Router, ends: list[float]) -> list[Choice]:
     return out
 
 
-def route_least_loaded(trace, router: Router, run: Callable[[int, list[int]], ServerRun], speed,
+def route_least_loaded(trace, router: Router, run: Callable[[list[tuple[int, list[int]]]], list[ServerRun]], speed,
                        progress=None) -> tuple[list[Choice], list[ServerRun], dict]:
-    """The exact least-loaded routing of `trace` (module docstring); `run(server, indices)` simulates
-    one server. Returns the choices, the servers' final runs and what it cost."""
+    """The exact least-loaded routing of `trace` (module docstring); `run([(server, indices), ...])`
+    simulates a batch of servers (`servers.Runner`: in turn, or in parallel on Dask). Returns the
+    choices, the servers' final runs and what it cost."""
     reqs = trace.requests
     n, N = len(reqs), router.n
     cache: dict[tuple, ServerRun] = {}
     stats = {"server_runs": 0, "changed_choices": 0, "requests_simulated": 0}
 
-    def sim(s: int, idx: list[int]) -> ServerRun:
-        key = (s, tuple(idx))
-        if key not in cache:
-            cache[key] = run(s, idx)
+    def sim(servers: list[int]) -> dict[int, ServerRun]:
+        want = {s: (s, tuple(i for i, g in enumerate(guess) if g == s)) for s in servers}
+        todo = [k for k in dict.fromkeys(want.values()) if k not in cache]
+        for k, r in zip(todo, run([(s, list(idx)) for s, idx in todo])):
+            cache[k] = r
             stats["server_runs"] += 1
-            stats["requests_simulated"] += len(idx)
-        return cache[key]
+            stats["requests_simulated"] += len(k[1])
+        return {s: cache[k] for s, k in want.items()}
 
     guess = [c.server for c in _route(reqs, router, estimated_ends(reqs, speed))]
     ends = [INF] * n
 
-    def simulate_server(s: int) -> None:
-        idx = [i for i, g in enumerate(guess) if g == s]
-        for r in sim(s, idx).results:
-            ends[r["i"]] = r["end"] if r["end"] is not None else INF
+    def simulate_servers(servers: list[int]) -> None:
+        for r in sim(servers).values():
+            for row in r.results:
+                ends[row["i"]] = row["end"] if row["end"] is not None else INF
 
-    for s in range(N):
-        simulate_server(s)
+    simulate_servers(list(range(N)))
     heaps: list[list[float]] = [[] for _ in range(N)]
     stale: dict[int, float] = {}  # server -> the arrival time from which its run is out of date
     choices: list[Choice] = []
     for k, q in enumerate(reqs):
         t = q.arrival
-        redo = [s for s, t0 in stale.items() if t0 < t]
-        for s in redo:  # its part changed at t0 < t: what it does after t0 is needed now
+        redo = [s for s, t0 in stale.items() if t0 < t]  # its part changed at t0 < t: what it does after t0 is needed now
+        if redo:
+            simulate_servers(redo)
+        for s in redo:
             del stale[s]
-            simulate_server(s)
             h = [(ends[i], reqs[i].arrival) for i in range(k) if guess[i] == s]
             heapq.heapify(h)
             heaps[s] = h
@@ -120,7 +122,7 @@ def route_least_loaded(trace, router: Router, run: Callable[[int, list[int]], Se
         choices.append(c)
         if progress is not None:
             progress(k + 1, n)
-    parts = parts_of(guess, N)
-    runs = [sim(s, parts[s]) for s in range(N)]
+    final = sim(list(range(N)))
+    runs = [final[s] for s in range(N)]
     stats["requests"] = n
     return choices, runs, stats

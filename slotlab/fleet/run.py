@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from slotlab.errors import ConfigError
 from slotlab.fleet import capacity
 from slotlab.fleet.routers import make_router
-from slotlab.fleet.servers import ServerRun, Setup, run_part, run_parts
+from slotlab.fleet.servers import Runner, ServerRun, Setup, run_parts
 from slotlab.fleet.split import parts_of
 from slotlab.fleet.summary import merge_totals
 
@@ -102,12 +102,11 @@ def simulate_fleet(trace, flags=None, n: int = 1, router: str = "round-robin", *
     else:
         from slotlab.fleet.lockstep import route_least_loaded
 
-        choices, runs, stats = route_least_loaded(trace, r, lambda s, idx: run_part(trace, idx, setup, s), speed,
-                                                  progress=progress)
+        with Runner(trace, setup, scheduler) as runner:
+            choices, runs, stats = route_least_loaded(trace, r, runner, speed, progress=progress)
         how = (f"lockstep (exact): {stats['server_runs']} server runs, {stats['requests_simulated']} requests "
                f"simulated for {stats['requests']} ({stats['changed_choices']} choices changed from the first guess)"
-               + (" (in this process: its runs depend on each other; --scheduler is not used)"
-                  if scheduler is not None else ""))
+               + (", each batch of runs as Dask tasks" if scheduler is not None else ""))
     results: list[dict | None] = [None] * len(reqs)
     for run in runs:
         for row in run.results:

@@ -54,34 +54,58 @@ def run_part(trace, idx: list[int], setup: Setup, server: int = 0) -> ServerRun:
 def run_parts(trace, parts: list[list[int]], setup: Setup, scheduler=None) -> list[ServerRun]:
     """Every server's simulation, in server order: serially, or on the Dask scheduler at `scheduler`
     (an address, or a `dask.distributed.Client`)."""
-    if scheduler is None:
-        return [run_part(trace, idx, setup, s) for s, idx in enumerate(parts)]
-    from slotlab.sim.whatif import dask_client
-
-    client = dask_client(scheduler) if isinstance(scheduler, str) else scheduler
-    try:
-        return _on_dask(client, trace, parts, setup)
-    finally:
-        if isinstance(scheduler, str):
-            client.close()
+    with Runner(trace, setup, scheduler) as run:
+        return run(list(enumerate(parts)))
 
 
-def _on_dask(client, trace, parts, setup: Setup) -> list[ServerRun]:
-    prof = setup.profile.to_dict() if setup.profile is not None else None
-    from dataclasses import asdict
+class Runner:
+    """Runs batches of server simulations [(server, indices), ...]: here, one after the other, or as
+    Dask tasks (a batch's runs in parallel). On Dask the trace's bytes are scattered once for every
+    batch, and a worker keeps the trace it loaded (`_LOADED`), so the re-runs of `lockstep` and the
+    servers of a fleet larger than the cluster do not load it again."""
 
-    job = {"flags": setup.flags, "speed": asdict(setup.speed), "profile_dict": prof, "bounds": setup.bounds,
-           "source": setup.source}
-    tag = f"{os.getpid()}-{time.time_ns()}"
-    if setup.source is not None:
-        with open(setup.source["path"], "rb") as f:
-            data = client.scatter(f.read(), broadcast=True)
-        futs = [client.submit(_task, job, data, idx, s, pure=False, key=f"slotlab-fleet-{s}-{tag}")
-                for s, idx in enumerate(parts)]
-    else:
-        futs = [client.submit(_task, job, subtrace(trace, idx), list(range(len(idx))), s, idx, pure=False,
-                              key=f"slotlab-fleet-{s}-{tag}") for s, idx in enumerate(parts)]
-    return [ServerRun(**f.result()) for f in futs]
+    def __init__(self, trace, setup: Setup, scheduler=None):
+        self.trace, self.setup, self.scheduler = trace, setup, scheduler
+        self.client = self.data = None
+        self.runs = 0
+
+    def __enter__(self):
+        if self.scheduler is not None:
+            from slotlab.sim.whatif import dask_client
+
+            self.client = dask_client(self.scheduler) if isinstance(self.scheduler, str) else self.scheduler
+            from dataclasses import asdict
+
+            prof = self.setup.profile.to_dict() if self.setup.profile is not None else None
+            self.tag = f"{os.getpid()}-{time.time_ns()}"
+            self.job = {"flags": self.setup.flags, "speed": asdict(self.setup.speed), "profile_dict": prof,
+                        "bounds": self.setup.bounds, "source": self.setup.source, "tag": self.tag}
+            if self.setup.source is not None:
+                with open(self.setup.source["path"], "rb") as f:
+                    self.data = self.client.scatter(f.read(), broadcast=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.client is not None and isinstance(self.scheduler, str):
+            self.client.close()
+
+    def __call__(self, jobs: list[tuple[int, list[int]]]) -> list[ServerRun]:
+        if self.client is None:
+            return [run_part(self.trace, idx, self.setup, s) for s, idx in jobs]
+        futs = []
+        for s, idx in jobs:
+            key = f"slotlab-fleet-{s}-{self.runs}-{self.tag}"
+            self.runs += 1
+            if self.data is not None:
+                futs.append(self.client.submit(_task, self.job, self.data, idx, s, pure=False, key=key))
+            else:  # no file to load it from: the part itself travels
+                futs.append(self.client.submit(_task, self.job, subtrace(self.trace, idx), list(range(len(idx))), s,
+                                               idx, pure=False, key=key))
+        return [ServerRun(**f.result()) for f in futs]
+
+
+#: the traces a worker loaded, by the client's tag (the last two: a worker may serve two fleets at once)
+_LOADED: dict = {}
 
 
 def _task(job: dict, data, idx: list[int], server: int, glob: list[int] | None = None) -> dict:
@@ -93,7 +117,14 @@ def _task(job: dict, data, idx: list[int], server: int, glob: list[int] | None =
         from slotlab.memory.profile import ModelProfile
 
         prof = ModelProfile.from_json(job["profile_dict"])
-    trace = _load(data, job["source"]) if isinstance(data, bytes) else data
+    if isinstance(data, bytes):
+        trace = _LOADED.get(job["tag"])
+        if trace is None:
+            trace = _LOADED[job["tag"]] = _load(data, job["source"])
+            while len(_LOADED) > 2:
+                _LOADED.pop(next(iter(_LOADED)))
+    else:
+        trace = data
     vocab = None
     if any(isinstance(r.prompt, str) for r in trace.requests):
         from slotlab.sim.whatif import _vocab

@@ -6,7 +6,8 @@ merged rows the way `simulate` computes one server's. Counters (tokens, eviction
 reads, engine steps) are sums; `sim_seconds` is the last server's clock; `infinite_cache_tokens` is
 the bound of ONE infinite cache over the whole trace (what no router can beat), where each server's
 own totals give the bound of its part. `bounds` (ideal caches of one server's memory) is kept for a
-fleet of one only: each server's summary has its own."""
+fleet of one only: each server's summary has its own. A field added to `simulate`'s totals later is
+carried by `_carry` (agreed value, sum, or per-server list) rather than dropped."""
 
 from __future__ import annotations
 
@@ -24,6 +25,19 @@ def _sum_dicts(ds) -> dict:
     for d in ds:
         c.update(d)
     return dict(c)
+
+
+def _carry(vals: list):
+    """A totals field the fleet does not compute itself, over the servers: one value where they all
+    agree (a setting: the proposals run, the speed model), a sum of numbers or of counters (dicts of
+    numbers), else the list of the servers' values. A fleet of one keeps its server's value."""
+    if all(v == vals[0] for v in vals):
+        return vals[0]
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return sum(vals)
+    if all(isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for v in vals):
+        return _sum_dicts(vals)
+    return vals
 
 
 def merge_totals(trace, results: list[dict], server_totals: list[dict], wall_s: float) -> dict:
@@ -64,6 +78,9 @@ def merge_totals(trace, results: list[dict], server_totals: list[dict], wall_s: 
     }
     if len(st) == 1 and st[0].get("bounds") is not None:
         t["bounds"] = st[0]["bounds"]
+    for k in dict.fromkeys(k for x in st for k in x):  # fields this module does not know (yet)
+        if k not in t and k != "bounds":
+            t[k] = _carry([x.get(k) for x in st])
     if acts:
         t["n_actions"] = len(acts)
         t["action_errors"] = sum(1 for d in acts if d["status"] != 200)

@@ -149,13 +149,14 @@ def test_least_loaded_is_the_step_by_step_lockstep(tmp_path, case):
         sent[s].append(k)
 
 
-def test_dask_and_serial_give_the_same_fleet(slice120):
+@pytest.mark.parametrize("router", ["prefix", "least-loaded"])
+def test_dask_and_serial_give_the_same_fleet(slice120, router):
     distributed = pytest.importorskip("dask.distributed")
-    serial = simulate_fleet(slice120, FLAGS, 3, "prefix", speed=SPEED, profile=PROFILE)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
+    serial = simulate_fleet(slice120, FLAGS, 3, router, speed=SPEED, profile=PROFILE)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cl, \
             distributed.Client(cl) as client:
-        sent = simulate_fleet(slice120, FLAGS, 3, "prefix", speed=SPEED, profile=PROFILE, scheduler=client)
-        loaded = simulate_fleet(slice120, FLAGS, 3, "prefix", speed=SPEED, profile=PROFILE, scheduler=client,
+        sent = simulate_fleet(slice120, FLAGS, 3, router, speed=SPEED, profile=PROFILE, scheduler=client)
+        loaded = simulate_fleet(slice120, FLAGS, 3, router, speed=SPEED, profile=PROFILE, scheduler=client,
                                 source={"path": str(SLICE), "limit": 120, "time_scale": 16})
     for d in (sent, loaded):
         assert d.results == serial.results and d.routing == serial.routing
@@ -209,6 +210,6 @@ def test_scheduler_address_on_the_command_line(capsys):
 
     serial = doc()
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                                  dashboard_address=None) as cl:
+                                  dashboard_address=":0") as cl:
         assert cl.scheduler_address.startswith("tcp://")
         assert doc(["--scheduler", cl.scheduler_address]) == serial
