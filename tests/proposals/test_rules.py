@@ -136,3 +136,21 @@ def test_idle_completion_only_is_said_to_change_nothing_slotlab_runs():
     assert not p.modelled and "changes nothing" in p.summary
     with pytest.raises(KeyError, match="slotlab knows"):
         P.get("nope")
+
+
+def test_a_proposal_is_verified_only_with_a_patched_servers_recordings():
+    """`verified` is a claim about tests/golden/traces_proposals/: a trace there turns the proposal on,
+    and the patched llama-server's recording of it is there (test_proposals_golden replays them)."""
+    import json
+    from pathlib import Path
+
+    d = Path(__file__).resolve().parent.parent / "golden" / "traces_proposals"
+    recorded = {p.name[: -len(".llama-server.json")] for p in d.glob("*.llama-server.json")}
+    on: dict[str, set] = {}
+    for p in d.glob("*.json"):
+        if p.name.endswith(".llama-server.json") or p.stem.endswith("_pin") or p.stem not in recorded:
+            continue
+        params = ServerParams.from_args(json.loads(p.read_text())["flags"])
+        for q in P.active(params):
+            on.setdefault(q.name, set()).add(p.stem)
+    assert {n for n, p in P.PROPOSALS.items() if p.verified} == set(on)
