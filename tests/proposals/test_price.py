@@ -105,3 +105,23 @@ def test_a_simulation_with_the_disk_tier_reads_back_at_most_one_entry_a_request(
     assert seen["cache_disk_write"] > 0 and t["disk_reads"] == seen["cache_disk_load"] <= seen["cache_disk_write"]
     assert t["disk_reads"] <= t["n_requests"] and t["proposals"] == ["cache-disk"]
     assert "changed by cache-disk (PR #28092, unverified)" in "\n".join(res.lines())
+
+
+def test_the_proposals_on_a_dask_cluster_price_as_serially():
+    import pytest
+
+    pytest.importorskip("dask.distributed", reason="dask is the optional extra slotlab[dask] (make install adds it)")
+    from dataclasses import asdict
+
+    from dask.distributed import Client, LocalCluster
+
+    from slotlab.proposals.price import price
+
+    speed = SpeedModel.from_rates(8000, 60)
+    flags = ["-np", "2", "--cache-ram", "-1", "-c", "16384"]
+    serial = price(str(MOONCAKE), flags, speed=speed, profile="llama-3.1-8b", limit=40, jobs=1)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            dask = price(str(MOONCAKE), flags, speed=speed, profile="llama-3.1-8b", limit=40, scheduler=client)
+    assert [asdict(r) for r in dask] == [asdict(r) for r in serial]
+    assert len(serial) == 1 + sum(p.modelled for p in PROPOSALS.values()) + 3  # as built, proposals, ideals
