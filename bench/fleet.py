@@ -87,8 +87,9 @@ def main(argv=None) -> int:
             client.close()
             cluster.close()
     head = ("trace", "requests", "servers", "router", "mode", "wall s", "server runs", "reused", "TTFT p50", "TTFT p99")
-    table = [head] + [(a, str(b), str(c), d, e, f"{w:.1f}", str(k), f"{100 * t['tokens_reused'] / t['prompt_tokens']:.1f} %",
-                       f"{t['ttft_p50']:.2f}", f"{t['ttft_p99']:.2f}") for a, b, c, d, e, w, k, t in rows]
+    pct = lambda t: f"{100 * t['tokens_reused'] / t['prompt_tokens']:.1f} %"  # noqa: E731
+    table = [head] + [(a, str(b), str(c), d, e, f"{w:.1f}", str(k), pct(t), f"{t['ttft_p50']:.2f}",
+                       f"{t['ttft_p99']:.2f}") for a, b, c, d, e, w, k, t in rows]
     wd = [max(len(r[i]) for r in table) for i in range(len(head))]
     for r in table:
         print("  ".join(x.rjust(wd[i]) if i in (1, 2, 5, 6, 7, 8, 9) else x.ljust(wd[i]) for i, x in enumerate(r)))

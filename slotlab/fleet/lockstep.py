@@ -8,25 +8,32 @@ sent there have not come back by t_k. The servers' simulations are whole-trace r
    prompt + generation of one sequence alone, no queueing: the speed model);
 2. every server simulated on its guessed part;
 3. one pass over the trace in arrival order, re-deciding each request with the in-flight counts the
-   current simulations give. Where the choice differs from the guess, the guess is changed and the
-   two servers concerned are marked stale from t_k; before the next decision at a later time they are
-   simulated again on their new parts (a batch of changes at one arrival time costs one re-run).
+   current simulations give. Where the choice differs from the guess, the guess is changed, the
+   guess for the rest of the trace is routed again with the completion times the current runs give
+   (`_repredict`: without it a bad first guess diverges again and again: ~50x the requests simulated
+   on the slice at --time-scale 1, 4 servers, against ~7x with it), and every server whose part
+   changed is marked stale from the first arrival that changed there; before the next decision at a
+   later time the stale servers are simulated again on their new parts, together (one batch).
 
 Why this is exact (not a converged approximation): a server's state up to a time t depends only on
 the requests that arrived there before t (a request arriving at t is taken in a step starting at t
 or later, which ends after t; the one exception, a refusal answered at the instant of its arrival by
-a step that decodes nothing, is counted in flight for every decision at that instant: `back`). So when decision k is made, every simulation in use agrees with the
-true lockstep run up to t_k (each includes exactly the true choices before k: those already decided),
-the in-flight counts are the true ones and decision k is the true one; by induction over k the final
-routing is the lockstep routing, and the final runs are the servers' simulations of their true parts
-(the results equal N step functions advanced together on one clock).
+a step that decodes nothing, is counted in flight for every decision at that instant: `back`). So
+when decision k is made, every simulation in use agrees with the true lockstep run up to t_k (each
+includes exactly the true choices before k: those already decided), the in-flight counts are the
+true ones and decision k is the true one; by induction over k the final routing is the lockstep
+routing, and the final runs are the servers' simulations of their true parts (the results equal N
+step functions advanced together on one clock).
 
-What it costs: N runs of the first guess, plus at most two server runs per changed choice (fewer
-when changes share an arrival time); the runs of one batch (the first N, the servers re-run at one
-arrival time) are independent, so on Dask they run in parallel; `stats` reports the re-runs, the changed choices and the
-requests simulated in all, against the trace's length. A good guess is cheap; a chaotic one (many
-near-ties in flight) costs up to ~2 x changes x the requests of a server. A reply comes back at the
-request's `end` as the results report it (rounded to microseconds)."""
+What it costs: N runs of the first guess, plus up to N server runs per changed choice (the servers
+whose parts the re-routed rest changed; fewer when changes share an arrival time); the runs of one
+batch (the first N, the servers re-run at one arrival time) are independent, so on Dask they run in
+parallel; `stats` reports the re-runs, the changed choices and the requests simulated in all,
+against the trace's length. Measured on the 500-request Mooncake slice (-np 4 --cache-ram 8192): at
+--time-scale 16 no choice changes (N runs: the cost of a static router); at --time-scale 4, 5-17x
+the requests simulated; at --time-scale 1 (overloaded) 4-35x, the most with 8 servers (many
+near-ties in flight). A reply comes back at the request's `end` as the results report it (rounded to
+microseconds)."""
 
 from __future__ import annotations
 
@@ -68,8 +75,30 @@ def _route(reqs, router: Router, ends: list[float]) -> list[Choice]:
     return out
 
 
+def _repredict(reqs, guess: list[int], ends: list[float], k: int, N: int, stale: dict) -> None:
+    """After a changed choice at k: the guess for the requests after k, routed again with the completion
+    times the current runs give (a moved request keeps its old server's end as its estimate); the servers
+    whose parts this changes are stale from the first arrival that changed there."""
+    hs: list[list] = [[] for _ in range(N)]
+    for i in range(k + 1):
+        hs[guess[i]].append((ends[i], reqs[i].arrival))
+    for h in hs:
+        heapq.heapify(h)
+    for j in range(k + 1, len(reqs)):
+        t = reqs[j].arrival
+        for h in hs:
+            back(h, t)
+        c = [len(h) for h in hs]
+        s = c.index(min(c))
+        if s != guess[j]:
+            for x in (guess[j], s):
+                stale[x] = min(stale.get(x, INF), t)
+            guess[j] = s
+        heapq.heappush(hs[s], (ends[j], t))
+
+
 def route_least_loaded(trace, router: Router, run: Callable[[list[tuple[int, list[int]]]], list[ServerRun]], speed,
-                       progress=None) -> tuple[list[Choice], list[ServerRun], dict]:
+                       progress=None, repredict: bool = True) -> tuple[list[Choice], list[ServerRun], dict]:
     """The exact least-loaded routing of `trace` (module docstring); `run([(server, indices), ...])`
     simulates a batch of servers (`servers.Runner`: in turn, or in parallel on Dask). Returns the
     choices, the servers' final runs and what it cost."""
@@ -101,7 +130,8 @@ def route_least_loaded(trace, router: Router, run: Callable[[list[tuple[int, lis
     choices: list[Choice] = []
     for k, q in enumerate(reqs):
         t = q.arrival
-        redo = [s for s, t0 in stale.items() if t0 < t]  # its part changed at t0 < t: what it does after t0 is needed now
+        # a server whose part changed at t0 < t: what it does after t0 is needed now
+        redo = [s for s, t0 in stale.items() if t0 < t]
         if redo:
             simulate_servers(redo)
         for s in redo:
@@ -117,6 +147,8 @@ def route_least_loaded(trace, router: Router, run: Callable[[list[tuple[int, lis
             for s in (guess[k], c.server):
                 stale[s] = min(stale.get(s, INF), t)
             guess[k] = c.server
+            if repredict:
+                _repredict(reqs, guess, ends, k, N, stale)
         # in flight now whatever its run says (it arrived at t; a stale server's heap is rebuilt anyway)
         heapq.heappush(heaps[c.server], (ends[k] if c.server not in stale else INF, t))
         choices.append(c)

@@ -110,7 +110,8 @@ class Prefix(Router):
     def sees(self) -> str:
         return (f"its own index of the prompt blocks it sent to each server (chained block keys, LRU, at most "
                 f"{self.cap} blocks a server), not the servers' caches: the longest prefix if it covers "
-                f"more than {self.threshold:g} of the prompt's blocks, else the smallest index; ties to the fewest sent")
+                f"more than {self.threshold:g} of the prompt's blocks, else the smallest index; ties to the "
+                "fewest sent")
 
     def match(self, chain: list[int]) -> list[int]:
         """Per server, how many leading blocks of `chain` its index holds."""
