@@ -30,14 +30,16 @@ The chat section uses `-cms 128` with a `--cache-ram 32` budget, the last one `-
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.figures import checkpoints
 from slotlab.lab import ask, summary
-doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is filed on shelf {i % 5}." for i in range(n))
+doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is filed on shelf {i % 5}."
+                                for i in range(n))
 eng = Engine("-np 1 -c 4096")
 long = doc("harbours", 48)
 r = ask(eng, long, 3); print(summary(r))
 ck = eng.slots[0].checkpoints
 for c in ck:
     cells = checkpoints.stored_cells(c.data_tgt)
-    print(f"checkpoint at n_tokens {c.n_tokens}: recorded pos [{c.pos_min}, {c.pos_max}], {c.size() / 2**20:.2f} MiB; "
+    print(f"checkpoint at n_tokens {c.n_tokens}: recorded pos [{c.pos_min}, {c.pos_max}], "
+          f"{c.size() / 2**20:.2f} MiB; "
           f"its bytes hold {len(cells)} cells, positions {cells.min()} to {cells.max()}")
 N = r["tokens_evaluated"]
 assert (r["timings"]["prompt_n"], N, r["tokens_cached"]) == (886, 886, 888)
@@ -45,7 +47,8 @@ assert [c.n_tokens for c in ck] == [N - (4 + 512), N - 4] == [370, 882]
 assert [(c.pos_min, c.pos_max) for c in ck] == [(0, 369), (0, 881)]
 stored = [checkpoints.stored_cells(c.data_tgt) for c in ck]
 assert [(len(s), s.min(), s.max()) for s in stored] == [(370, 0, 369), (512, 370, 881)]
-assert [checkpoints.held(c.pos_min, c.pos_max, eng.memory.info.n_swa) for c in ck] == [(0, 369), (370, 881)]"""),
+assert ([checkpoints.held(c.pos_min, c.pos_max, eng.memory.info.n_swa) for c in ck] == [(0, 369),
+    (370, 881)])"""),
     md("""## What a checkpoint holds
 
 The second checkpoint *reads* as if it held all 882 positions, `[0, 881]`. It does not. The server
@@ -100,21 +103,31 @@ for label, p in cases.items():
     tc = max(t.id for t in eng.tasks.values() if t.done)
     k = checkpoints.rewind(eng, tc)
     print(f"{label}, task {tc}: {summary(rc)}")
-    print(f"  pos_next {k.pos_next}, pos_min_thold {k.pos_min_thold}, pos_min {k.pos_min}; {', '.join(story(tc))}")
+    print(f"  pos_next {k.pos_next}, pos_min_thold {k.pos_min_thold}, pos_min {k.pos_min}; "
+          f"{', '.join(story(tc))}")
     seen[label] = (tb, rb["timings"]["cache_n"], story(tb), before, tc, k.pos_next, k.pos_min_thold,
                    rc["timings"]["cache_n"], rc["timings"]["prompt_n"], story(tc))
     case_tasks.append(tc)
-assert seen["near the end"] == (1, 885, ["created 885"], [(370, 0), (882, 0), (885, 1)], 2, 848, 336, 848, 3,
-                                ["erased 882 (invalidated)", "erased 885 (invalidated)", "created 848"])
-assert seen["early (before n_swa)"] == (3, 848, ["erased 848 (supersede)", "created 848", "created 882"],
+assert seen["near the end"] == (1, 885, ["created 885"], [(370, 0), (882, 0), (885, 1)], 2, 848,
+                                336, 848, 3,
+                                ["erased 882 (invalidated)", "erased 885 (invalidated)",
+                                 "created 848"])
+assert seen["early (before n_swa)"] == (3, 848,
+                                        ["erased 848 (supersede)", "created 848", "created 882"],
                                         [(370, 0), (848, 3), (882, 3)], 4, 487, 0, 369, 121,
-                                        ["restored 370 (n_past 369)", "erased 848 (invalidated)", "erased 882 (invalidated)",
+                                        ["restored 370 (n_past 369)", "erased 848 (invalidated)",
+                                         "erased 882 (invalidated)",
                                          "created 369", "created 486"])
-assert seen["before every checkpoint"] == (5, 485, ["restored 486 (n_past 485)", "created 485", "created 882"],
-                                           [(370, 0), (369, 4), (486, 4), (485, 5), (882, 5)], 6, 169, 0, 0, 172,
-                                           ["none usable: full re-processing", "erased 370 (invalidated)",
+assert seen["before every checkpoint"] == (5, 485,
+                                           ["restored 486 (n_past 485)", "created 485",
+                                            "created 882"],
+                                           [(370, 0), (369, 4), (486, 4), (485, 5), (882, 5)], 6,
+                                           169, 0, 0, 172,
+                                           ["none usable: full re-processing",
+                                            "erased 370 (invalidated)",
                                             "erased 369 (invalidated)", "erased 486 (invalidated)",
-                                            "erased 485 (invalidated)", "erased 882 (invalidated)", "created 168"])
+                                            "erased 485 (invalidated)", "erased 882 (invalidated)",
+                                            "created 168"])
 assert [eng.tasks[t].result["tokens_evaluated"] for t in case_tasks] == [851, 490, 172]
 assert [eng.tasks[t].result["tokens_cached"] for t in case_tasks] == [853, 492, 174]
 assert [eng.tasks[t].result["tokens_evaluated"] for t in (1, 3, 5)] == [886] * 3
@@ -137,7 +150,8 @@ The same three decisions, drawn from the events: the dashed outline is the range
 records, and the filled bar is the cells its bytes hold."""),
     code("""ks = [checkpoints.rewind(eng, t) for t in case_tasks]
 print([(k.task, k.pos_next, k.chosen) for k in ks])
-assert [(k.task, k.pos_next, k.chosen) for k in ks] == [(2, 848, None), (4, 487, (0, 369, 370)), (6, 169, None)]
+assert ([(k.task, k.pos_next, k.chosen) for k in ks] == [(2, 848, None), (4, 487, (0, 369, 370)),
+    (6, 169, None)])
 checkpoints.figure(eng, case_tasks)"""),
     md("""## How far apart: `--checkpoint-min-step` and its exceptions
 `--ctx-checkpoints` caps the list per slot (default 32) and `--checkpoint-min-step` (`-cms`, default
@@ -150,13 +164,16 @@ still full does it erase the oldest (`erasing old context checkpoint`, FIFO). A 
 A chat request (`message_delimiters`: user-message starts) of four turns and a question,
 with `-cms 128`. Each line is one batch of the prompt: where the server ended it, and whether it took
 a checkpoint at the batch's start (spec 4.2):"""),
-    code("""chat = "".join(f"<start_of_turn>user\\n{doc(f'ledger {i}', 8)}<end_of_turn>\\n<start_of_turn>model\\nFiled.<end_of_turn>\\n" for i in range(4))
-delims = [{"role": "user", "delimiter": "<start_of_turn>user\\n"}, {"role": "assistant", "delimiter": "<start_of_turn>model\\n"}]
+    code("""chat = "".join(f"<start_of_turn>user\\n{doc(f'ledger {i}', 8)}<end_of_turn>\\n"
+               "<start_of_turn>model\\nFiled.<end_of_turn>\\n" for i in range(4))
+delims = [{"role": "user", "delimiter": "<start_of_turn>user\\n"},
+          {"role": "assistant", "delimiter": "<start_of_turn>model\\n"}]
 prompt = chat + "<start_of_turn>user\\nSum up.<end_of_turn>\\n<start_of_turn>model\\n"
 e2 = Engine("-np 1 -c 8192 -cms 128 --cache-ram 32", model=eng.model)
 ask(e2, prompt, 2, message_delimiters=delims)
 spans = e2.tasks[0].params.message_spans
-users, last_user, n = [int(u) for u in spans.user_starts()], spans.last_user_message_pos(), e2.tasks[0].n_tokens
+users, last_user, n = [int(u)
+    for u in spans.user_starts()], spans.last_user_message_pos(), e2.tasks[0].n_tokens
 n_ubatch, cms = e2.memory.info.n_ubatch, 128
 created = [e.data["n_tokens"] for e in e2.events.log if e.kind == "checkpoint_created"]
 rows, last = [], None
@@ -165,7 +182,8 @@ for e in e2.events.log:
         continue
     end = e.data["n_tokens"]
     start = end - e.data["n_added"]
-    cut = ("at a user-message start" if end in users else f"{n - end} tokens before the end" if end < n
+    cut = ("at a user-message start" if end in users else f"{n - end} tokens before the end"
+           if end < n
            else "at the prompt end")
     if start not in created:
         why = "memory empty" if start == 0 else "no"
@@ -174,23 +192,27 @@ for e in e2.events.log:
     elif start == last_user:
         why = "last user message"
     elif n < end + n_ubatch:
-        why = f"near the end ({n} < {end} + {n_ubatch})" + ("" if start > last + cms else f", though {start} <= {last} + {cms}")
+        why = f"near the end ({n} < {end} + {n_ubatch})" + ("" if start > last + cms
+            else f", though {start} <= {last} + {cms}")
     else:
         why = f"{start} > {last} + {cms}"
     last = start if start in created else last
     rows.append((start, end, cut, why))
-    print(f"batch [{start:3d}, {end:3d}) ends {cut:24s} " + (f"checkpoint at {start}: {why}" if start in created
+    print(f"batch [{start:3d}, {end:3d}) ends {cut:24s} " + (f"checkpoint at {start}: {why}"
+        if start in created
                                                                else f"no checkpoint: {why}"))
 assert (n, users, last_user, n_ubatch) == (660, [1, 163, 325, 487, 649], 649, 512)
 assert created == [1, 144, 163, 325, 487, 649, 656]
 assert rows == [(0, 1, "at a user-message start", "memory empty"),
                 (1, 144, "516 tokens before the end", "the first"),
                 (144, 163, "at a user-message start", "near the end (660 < 163 + 512)"),
-                (163, 325, "at a user-message start", "near the end (660 < 325 + 512), though 163 <= 144 + 128"),
+                (163, 325, "at a user-message start",
+                 "near the end (660 < 325 + 512), though 163 <= 144 + 128"),
                 (325, 487, "at a user-message start", "near the end (660 < 487 + 512)"),
                 (487, 649, "at a user-message start", "near the end (660 < 649 + 512)"),
                 (649, 656, "4 tokens before the end", "last user message"),
-                (656, 660, "at the prompt end", "near the end (660 < 660 + 512), though 656 <= 649 + 128")]"""),
+                (656, 660, "at the prompt end",
+                 "near the end (660 < 660 + 512), though 656 <= 649 + 128")]"""),
     md("""Two rules are at work (`server-context.cpp`, spec 4.2). First, the server **ends a batch** where a
 checkpoint may be wanted: `4 + n_ubatch` (516) and 4 tokens before the prompt's end, and at a
 user-message start that is the last one, or lies more than `-cms` after the last checkpoint, or comes
@@ -217,26 +239,33 @@ ask(e3, prompt, 2, message_delimiters=delims)
 out = {}
 for name, e in (("e2", e2), ("e3", e3)):
     ck = e.slots[0].checkpoints
-    ask(e, "Translate to German: the weather is lovely today.", 2)     # takes the slot: the chat prompt is saved
+    # takes the slot: the chat prompt is saved
+    ask(e, "Translate to German: the weather is lovely today.", 2)
     save = next(ev for ev in e.events.log if ev.kind == "cache_save" and ev.task == 1)
     alloc = [ev.data for ev in e.events.log if ev.kind == "cache_alloc" and ev.task == 1]
     skip = [ev for ev in e.events.log if ev.kind == "cache_skip_over_limit" and ev.task == 1]
-    print(f"{name}: {len(ck)} checkpoints at {[c.n_tokens for c in ck]}, {sum(c.size() for c in ck) / 2**20:.2f} MiB")
+    print(f"{name}: {len(ck)} checkpoints at {[c.n_tokens for c in ck]}, "
+          f"{sum(c.size() for c in ck) / 2**20:.2f} MiB")
     print(f"  {save.message.strip()}")
     if skip:
         print(f"  {skip[0].message.strip()}")
     else:
         a = alloc[0]
-        print(f"  cached: {a['n_tokens']} tokens, state {a['size_main'] / 2**20:.2f} MiB + {a['n_checkpoints']} "
+        print(f"  cached: {a['n_tokens']} tokens, state {a['size_main'] / 2**20:.2f} MiB + "
+              f"{a['n_checkpoints']} "
               f"checkpoints {a['size_ckpt'] / 2**20:.2f} MiB = {a['size'] / 2**20:.2f} MiB")
-    out[name] = (len(ck), [c.n_tokens for c in ck], sum(c.size() for c in ck), save.data["size_tgt"], alloc, skip)
+    out[name] = (len(ck), [c.n_tokens for c in ck], sum(c.size() for c in ck),
+                 save.data["size_tgt"], alloc, skip)
 limit = 32 * 2**20
 n2, at2, ck2, tgt2, alloc2, skip2 = out["e2"]
 n3, at3, ck3, tgt3, alloc3, skip3 = out["e3"]
 assert (n2, at2, n3, at3) == (7, [1, 144, 163, 325, 487, 649, 656], 2, [649, 656]) and tgt2 == tgt3
-assert not alloc2 and skip2[0].data["size"] == tgt2 + ck2 > limit and skip2[0].data["n_tokens"] == 661
-assert tgt2 <= limit                                              # the prompt's state alone would fit
-assert len(alloc3) == 1 and alloc3[0]["size_ckpt"] == ck3 and alloc3[0]["n_checkpoints"] == 2 and not skip3
+assert (not alloc2 and skip2[0].data["size"] == tgt2 + ck2 > limit
+        and skip2[0].data["n_tokens"] == 661)
+# the prompt's state alone would fit
+assert tgt2 <= limit
+assert (len(alloc3) == 1 and alloc3[0]["size_ckpt"] == ck3 and alloc3[0]["n_checkpoints"] == 2
+        and not skip3)
 assert alloc3[0]["size"] == alloc3[0]["size_main"] + ck3 <= limit and alloc3[0]["n_tokens"] == 661"""),
     md("""The prompt's own state (the `saving prompt` line) is the same in both engines, and it would fit in
 32 MiB. With seven checkpoints the entry adds their bytes to it and exceeds the limit, so the server

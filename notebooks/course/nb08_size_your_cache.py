@@ -27,20 +27,25 @@ RAM-cache entry carries its slot's checkpoints, and shows what happens when they
     code("""from pathlib import Path
 from slotlab.memory.profile import ModelProfile
 
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "slotlab" / "sim" / "profiles").exists())
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents]
+            if (p / "slotlab" / "sim" / "profiles").exists())
 PROFILE = ROOT / "slotlab" / "sim" / "profiles" / "llama-3.1-8b.json"
 prof = ModelProfile.from_json(PROFILE)
 n_kv_heads, head_dim = prof.n_head_kv[0], prof.n_embd_head_k
-kv = prof.n_layer * n_kv_heads * head_dim * 2 * 2      # layers x KV heads x head dim x (K and V) x 2 bytes (f16)
-print(f"{prof.name}: {prof.n_layer} layers x {n_kv_heads} KV heads x {head_dim} dims x 2 (K, V) x 2 bytes")
+# layers x KV heads x head dim x (K and V) x 2 bytes (f16)
+kv = prof.n_layer * n_kv_heads * head_dim * 2 * 2
+print(f"{prof.name}: {prof.n_layer} layers x {n_kv_heads} KV heads x {head_dim} dims x 2 (K, V) x "
+      f"2 bytes")
 print(f"  = {kv:,} bytes = {kv // 1024} KiB of KV cache per token")
 holds = {mib: mib * 2**20 // kv for mib in (8192, 32768, 131072, 262144)}
 for mib, n in holds.items():
     print(f"  --cache-ram {mib:>6} holds {n:>9,} tokens")
 assert prof.name.startswith("Llama 3.1 8B") and (prof.n_layer, n_kv_heads, head_dim) == (32, 8, 128)
-assert kv == prof.bytes_per_token() == 131_072   # the formula is what the paper memory sizes every state blob with
+# the formula is what the paper memory sizes every state blob with
+assert kv == prof.bytes_per_token() == 131_072
 assert kv // 1024 == 128 and kv % 1024 == 0
-assert holds == {8192: 65_536, 32768: 262_144, 131072: 1_048_576, 262144: 2_097_152}   # 8, 32, 128, 256 GiB"""),
+# 8, 32, 128, 256 GiB
+assert holds == {8192: 65_536, 32768: 262_144, 131072: 1_048_576, 262144: 2_097_152}"""),
     md("""128 KiB a token: the default `--cache-ram 8192` (8 GiB) holds 65,536 tokens of state, 32 GiB hold
 262,144. The trace's arrivals are a whole cluster's traffic, so we stretch them 16×
 (`time_scale`) to give one server a share it can keep up with, at an assumed 8000 prompt tokens/s and
@@ -57,12 +62,16 @@ trace = load_mooncake(TRACE, time_scale=TIME_SCALE)
 lens = sorted(r.n_prompt for r in trace.requests)
 bound, total = infinite_cache_bound(trace)
 mean = total // len(lens)
-print(f"{len(lens)} requests over {trace.requests[-1].arrival:.0f} simulated seconds; {total:,} prompt tokens "
+print(f"{len(lens)} requests over {trace.requests[-1].arrival:.0f} simulated seconds; {total:,} "
+      f"prompt tokens "
       f"(min {lens[0]:,}, median {lens[len(lens) // 2]:,}, mean {mean:,}, max {lens[-1]:,}), "
       f"{sum(r.n_predict for r in trace.requests):,} to generate")
-print(f"a mean prompt is {mean * kv / 2**30:.2f} GiB of KV state: --cache-ram 8192 holds {8192 * 2**20 // (mean * kv)} of them")
-print(f"infinite-cache bound: {bound:,} tokens reusable = {100 * bound / total:.1f} % of the prompt tokens")
-assert total == sum(lens) == 7_124_855 and len(lens) == 500 and round(trace.requests[-1].arrival) == 2640
+print(f"a mean prompt is {mean * kv / 2**30:.2f} GiB of KV state: --cache-ram 8192 holds "
+      f"{8192 * 2**20 // (mean * kv)} of them")
+print(f"infinite-cache bound: {bound:,} tokens reusable = {100 * bound / total:.1f} % of the "
+      f"prompt tokens")
+assert (total == sum(lens) == 7_124_855 and len(lens) == 500
+        and round(trace.requests[-1].arrival) == 2640)
 assert (lens[0], lens[len(lens) // 2], mean, lens[-1]) == (892, 8_974, 14_249, 121_298)
 assert sum(r.n_predict for r in trace.requests) == 180_942
 assert round(mean * kv / 2**30, 2) == 1.74 and 8192 * 2**20 // (mean * kv) == 4
@@ -79,12 +88,15 @@ the 4 slots, so a 121,298-token conversation fits. The RAM cache sits behind it 
 BASE = ["-c", "262144", "-kvu", "-np", "4"]
 
 def sweep(base, flag, values):
-    return run_grid(TRACE, base, [(flag, values)], speed=SPEED, profile=str(PROFILE), time_scale=TIME_SCALE, jobs=2)
+    return run_grid(TRACE, base, [(flag, values)], speed=SPEED, profile=str(PROFILE),
+                    time_scale=TIME_SCALE, jobs=2)
 
 def show(runs, tag="", labels=None):
     for r, label in zip(runs, labels or [tag + r.label for r in runs]):
-        print(f"{label:48s} reused {100 * r.reuse:5.2f} % ({100 * r.of_bound:4.1f} % of the bound), prefilled "
-              f"{r.tokens_prefilled:>9,}, peak RAM cache {r.peak_cache_bytes / 2**30:5.1f} GiB, TTFT p50 "
+        print(f"{label:48s} reused {100 * r.reuse:5.2f} % ({100 * r.of_bound:4.1f} % of the "
+              f"bound), prefilled "
+              f"{r.tokens_prefilled:>9,}, peak RAM cache {r.peak_cache_bytes / 2**30:5.1f} GiB, "
+              f"TTFT p50 "
               f"{r.ttft_p50:6.2f} s p99 {r.ttft_p99:6.2f} s, errors {r.n_errors}")
 
 pct = lambda r: round(100 * r.reuse, 2)
@@ -92,13 +104,18 @@ ram = sweep(BASE, "--cache-ram", ["0", "8192", "32768", "131072", "262144", "-1"
 show(ram)
 # not asserted: the whole table; the figures the prose cites are asserted below
 by_ram = {r.setting["--cache-ram"]: r for r in ram}
-assert all(r.error is None and r.n_errors == 0 and r.tokens_reused <= r.bound_tokens for r in ram)  # never above the bound
+# never above the bound
+assert all(r.error is None and r.n_errors == 0 and r.tokens_reused <= r.bound_tokens for r in ram)
 sizes = ["8192", "32768", "131072", "262144"]
-assert all(by_ram[a].tokens_reused <= by_ram[b].tokens_reused for a, b in zip(sizes, sizes[1:]))  # more RAM, more reuse
-assert by_ram["8192"].tokens_reused < by_ram["32768"].tokens_reused < by_ram["0"].tokens_reused  # ... but a small cache loses
-assert [pct(by_ram[s]) for s in ("0", "8192", "32768", "131072", "262144")] == [3.56, 2.87, 3.03, 3.69, 6.42]
+# more RAM, more reuse
+assert all(by_ram[a].tokens_reused <= by_ram[b].tokens_reused for a, b in zip(sizes, sizes[1:]))
+# ... but a small cache loses
+assert by_ram["8192"].tokens_reused < by_ram["32768"].tokens_reused < by_ram["0"].tokens_reused
+assert ([pct(by_ram[s]) for s in ("0", "8192", "32768", "131072", "262144")] == [3.56, 2.87, 3.03,
+    3.69, 6.42])
 assert round(100 * by_ram["262144"].of_bound, 1) == 39.2
-assert by_ram["-1"].tokens_prefilled == by_ram["32768"].tokens_prefilled   # -1 is not unlimited here
+# -1 is not unlimited here
+assert by_ram["-1"].tokens_prefilled == by_ram["32768"].tokens_prefilled
 assert round(by_ram["-1"].peak_cache_bytes / 2**30, 1) == 44.8"""),
     md("""Three things to read here.
 
@@ -126,8 +143,10 @@ show(idle, "--no-cache-idle-slots ")
 print("--cache-ram -1 evictions:", by_ram["-1"].extra["evictions"])
 # not asserted: the whole table; the figures the prose cites are asserted below
 by_idle = {r.setting["--cache-ram"]: r for r in idle}
-assert by_idle["8192"].tokens_prefilled == by_ram["0"].tokens_prefilled    # the loss above is the idle-slot saves
-assert all(by_idle[s].tokens_reused >= max(by_ram["0"].tokens_reused, by_ram[s].tokens_reused) for s in sizes)
+# the loss above is the idle-slot saves
+assert by_idle["8192"].tokens_prefilled == by_ram["0"].tokens_prefilled
+assert (all(by_idle[s].tokens_reused >= max(by_ram["0"].tokens_reused, by_ram[s].tokens_reused)
+            for s in sizes))
 assert all(by_idle[a].tokens_reused <= by_idle[b].tokens_reused for a, b in zip(sizes, sizes[1:]))
 assert [r.setting["--cache-ram"] for r in idle] == ["8192", "32768", "131072", "262144"]
 assert [pct(by_idle[s]) for s in sizes] == [3.56, 3.56, 4.10, 6.91] and pct(by_ram["0"]) == 3.56
@@ -136,7 +155,8 @@ assert by_ram["-1"].extra["evictions"] == {"token_limit": 399, "loaded": 72}
 png.image(sweep_figure({"idle slots cached (default)": [by_ram[s] for s in sizes],
                         "--no-cache-idle-slots": [by_idle[s] for s in sizes]}, "--cache-ram",
                        refs={"--cache-ram 0": by_ram["0"]}, xlabel="--cache-ram (MiB)",
-                       title="prompt tokens reused vs --cache-ram (Llama 3.1 8B, -np 4 -kvu -c 262144)"))"""),
+                       title="prompt tokens reused vs --cache-ram (Llama 3.1 8B, -np 4 -kvu -c "
+                       "262144)"))"""),
     md("""Without idle-slot saves the cache only adds: at 8 and 32 GiB it changes nothing (3.56 %, the
 no-cache figure), at 128 GiB it reuses 4.10 % and at 256 GiB 6.91 %, above the default's curve at
 every size. The dotted line is no cache at all; the dashed one the bound.
@@ -151,26 +171,33 @@ from slotlab.figures.whatif import cache_over_time
 from slotlab.sim.whatif import cache_timeline
 
 def timeline(extra):
-    return cache_timeline(TRACE, BASE + extra, speed=SPEED, profile=str(PROFILE), time_scale=TIME_SCALE,
+    return cache_timeline(TRACE, BASE + extra, speed=SPEED, profile=str(PROFILE),
+                          time_scale=TIME_SCALE,
                           label=" ".join(extra))
 
-tls = [timeline(["--cache-ram", "8192"]), timeline(["--cache-ram", "8192", "--no-cache-idle-slots"]),
+tls = [timeline(["--cache-ram", "8192"]),
+       timeline(["--cache-ram", "8192", "--no-cache-idle-slots"]),
        timeline(["--no-cache-idle-slots", "--cache-ram", "131072"])]
 full = [next(t for t, reason, *_ in tl.evictions if reason == "make_room") for tl in tls]
-entry_gib = [(round(min(s for *_, s in tl.saves) / 2**30, 1), round(max(s for *_, s in tl.saves) / 2**30, 1)) for tl in tls]
+entry_gib = [(round(min(s for *_, s in tl.saves) / 2**30, 1),
+              round(max(s for *_, s in tl.saves) / 2**30, 1)) for tl in tls]
 for tl, t_full, (lo, hi) in zip(tls, full, entry_gib):
     print(f"{tl.label}: {len(tl.saves)} saves of {lo:.1f} to {hi:.1f} GiB; evictions "
-          f"{dict(Counter(e[1] for e in tl.evictions))}; full (first make_room) after {t_full:.0f} s; "
+          f"{dict(Counter(e[1] for e in tl.evictions))}; full (first make_room) after {t_full:.0f} "
+          f"s; "
           f"peak {tl.peak / 2**30:.1f} GiB")
 runs = [by_ram["8192"], by_idle["8192"], by_idle["131072"]]
-assert all(tl.peak == r.peak_cache_bytes and tl.totals["tokens_reused"] == r.tokens_reused for tl, r in zip(tls, runs))
-assert [len(tl.saves) for tl in tls] == [471, 471, 491] and [round(t) for t in full] == [48, 48, 457]
+assert (all(tl.peak == r.peak_cache_bytes and tl.totals["tokens_reused"] == r.tokens_reused for tl,
+            r in zip(tls, runs)))
+assert ([len(tl.saves) for tl in tls] == [471, 471, 491]
+        and [round(t) for t in full] == [48, 48, 457])
 assert [dict(Counter(e[1] for e in tl.evictions)) for tl in tls] == [
     {"make_room": 415, "loaded": 49}, {"make_room": 465}, {"make_room": 412, "loaded": 4}]
 assert [tl.limit_bytes // 2**20 for tl in tls] == [8192, 8192, 131072]
 assert [round(tl.peak / 2**30, 1) for tl in tls] == [8.0, 8.0, 128.0]
 assert entry_gib == [(0.1, 6.8), (0.1, 6.8), (0.1, 14.9)]
-png.image(cache_over_time(tls, title="bytes held by the RAM cache, Llama 3.1 8B, -np 4 -kvu -c 262144"))"""),
+png.image(cache_over_time(tls,
+                          title="bytes held by the RAM cache, Llama 3.1 8B, -np 4 -kvu -c 262144"))"""),
     md("""8 GiB is full after 48 simulated seconds, and from then on every save pushes the oldest entries out
 (`make_room`): a saved conversation is 0.1 to 6.8 GiB (one over 8 GiB is not cached at all: alone it
 exceeds the limit), so the cache never holds more than a few. With idle-slot saves, 49 entries
@@ -183,10 +210,13 @@ as with no cache. 128 GiB (entries up to 14.9 GiB) fills in 457 seconds, and eve
 ## Sweep 2: `-np`
 
 Slots trade queueing against memory: all slots share the 262,144-token pool."""),
-    code("""slots = sweep(BASE[:-2] + ["--cache-ram", "131072", "--no-cache-idle-slots"], "-np", ["1", "2", "8"])
-show(slots, labels=[f"--cache-ram 131072 --no-cache-idle-slots -np {r.flags[r.flags.index('-np') + 1]}"
+    code("""slots = sweep(BASE[:-2] + ["--cache-ram", "131072", "--no-cache-idle-slots"], "-np",
+              ["1", "2", "8"])
+show(slots, labels=[f"--cache-ram 131072 --no-cache-idle-slots -np "
+                    f"{r.flags[r.flags.index('-np') + 1]}"
                     for r in slots])
-print("-np 4 is sweep 1's --no-cache-idle-slots --cache-ram 131072 line; -np 8, the failed requests:",
+print("-np 4 is sweep 1's --no-cache-idle-slots --cache-ram 131072 line; -np 8, the failed "
+      "requests:",
       slots[2].extra["errors"])
 slots.insert(2, by_idle["131072"])
 # not asserted: the whole table; the figures the prose cites are asserted below
@@ -206,14 +236,19 @@ bigger `-c` (more GPU memory: 128 KiB a token)."""),
     code("""from slotlab.engine.params import ServerParams
 ckpt = sweep(BASE + ["--cache-ram", "8192"], "--ctx-checkpoints", ["0", "4", "256"])
 default = by_ram["8192"]   # sweep 1's run: the default --ctx-checkpoints 32
-same = lambda r: (r.tokens_reused, r.tokens_prefilled, r.ttft_p50, r.ttft_p99, r.peak_cache_bytes) == \\
-    (default.tokens_reused, default.tokens_prefilled, default.ttft_p50, default.ttft_p99, default.peak_cache_bytes)
+same = lambda r: (r.tokens_reused, r.tokens_prefilled, r.ttft_p50, r.ttft_p99,
+                  r.peak_cache_bytes) == \\
+    (default.tokens_reused, default.tokens_prefilled, default.ttft_p50, default.ttft_p99,
+     default.peak_cache_bytes)
 for r in ckpt:
-    print(f"--ctx-checkpoints {r.setting['--ctx-checkpoints']:>3}: the same reuse, prefill, TTFT and RAM cache as "
+    print(f"--ctx-checkpoints {r.setting['--ctx-checkpoints']:>3}: the same reuse, prefill, TTFT "
+          f"and RAM cache as "
           f"the default (32): {same(r)}")
 by_ck = {r.setting["--ctx-checkpoints"]: r for r in ckpt}
-assert ServerParams().ctx_checkpoints == 32                      # the default (common.h: n_ctx_checkpoints = 32)
-assert same(by_ck["0"]) and same(by_ck["4"]) and same(by_ck["256"])   # none of them changes a decision"""),
+# the default (common.h: n_ctx_checkpoints = 32)
+assert ServerParams().ctx_checkpoints == 32
+# none of them changes a decision
+assert same(by_ck["0"]) and same(by_ck["4"]) and same(by_ck["256"])"""),
     md("""No difference at all, and that is the answer for this model: Llama 3.1 is full attention, so the
 server can cut a slot back to any position and never needs a context checkpoint (it makes them only
 for sliding-window, hybrid and recurrent models, where a cut-back needs one: notebooks 06 and 09).
@@ -231,12 +266,14 @@ pick = best([r for r in ram + idle + slots if r.n_errors == 0], BUDGET_MIB, "ttf
 print("llama-server", " ".join(pick.flags))
 print("it is sweep 1's --no-cache-idle-slots --cache-ram 131072 run:", pick is by_idle["131072"])
 assert " ".join(pick.flags) == "-c 262144 -kvu -np 4 --no-cache-idle-slots --cache-ram 131072"
-assert pick is by_idle["131072"] and pick.peak_cache_bytes <= BUDGET_MIB * 2**20 and pick.n_errors == 0
+assert (pick is by_idle["131072"] and pick.peak_cache_bytes <= BUDGET_MIB * 2**20
+        and pick.n_errors == 0)
 assert pick.tokens_reused > by_ram["131072"].tokens_reused > by_ram["0"].tokens_reused
 assert pick.ttft_p50 < min(r.ttft_p50 for r in ram if r.peak_cache_bytes <= BUDGET_MIB * 2**20)
 every = ram + idle + [r for r in slots if r is not pick]   # -np 4 is the pick: drawn once
 png.image(overview(every, pick=pick, budget_mib=BUDGET_MIB,
-                   title="slotlab whatif: Mooncake conversation (500 requests), Llama 3.1 8B, -c 262144 -kvu"))"""),
+                   title="slotlab whatif: Mooncake conversation (500 requests), Llama 3.1 8B, -c "
+                   "262144 -kvu"))"""),
     md("""`-np 4 -kvu -c 262144 --cache-ram 131072 --no-cache-idle-slots`: idle conversations stay in their
 slots, and 128 GiB of RAM keeps the ones the slots had to give up. Even so it reuses 4.10 % of the
 prompt tokens, 25.0 % of the bound: this trace's first 500 requests come back minutes later with
@@ -260,18 +297,24 @@ ck_size, fits = {}, {}
 for name, p in big.items():
     ck = ck_size[name] = paper_sizes(p, 8192, n_ctx=131072, n_slots=4, kv_unified=True)["partial"]
     fits[name] = 8192 * MiB // ck
-    what = (f"the window cache: {p.n_swa:,} cells of {len(p.layers(swa=True))} sliding-window layers" if p.n_swa
+    what = (f"the window cache: {p.n_swa:,} cells of {len(p.layers(swa=True))} sliding-window "
+            f"layers" if p.n_swa
             else f"the recurrent state of {len(p.rs_layers())} of its {p.n_layer} layers")
-    print(f"{p.name}: one checkpoint {ck / MiB:.0f} MiB ({what}); the default --ctx-checkpoints 32 of them "
+    print(f"{p.name}: one checkpoint {ck / MiB:.0f} MiB ({what}); the default --ctx-checkpoints 32 "
+          f"of them "
           f"{32 * ck / GiB:.1f} GiB; --cache-ram 8192 holds {fits[name]}")
 g, q = big["gemma-3-27b"], big["qwen3.5-27b"]
-cell = sum(row_size("f16", g.n_embd_k_gqa(il)) + row_size("f16", g.n_embd_v_gqa(il)) for il in g.layers(swa=True))
+cell = sum(row_size("f16", g.n_embd_k_gqa(il)) + row_size("f16", g.n_embd_v_gqa(il))
+           for il in g.layers(swa=True))
 assert (g.n_swa, len(g.layers(swa=True)), len(q.rs_layers()), q.n_layer) == (1024, 52, 48, 64)
-assert g.n_swa * cell <= ck_size["gemma-3-27b"] < 1.001 * g.n_swa * cell     # the window's K and V, plus cell metadata
+# the window's K and V, plus cell metadata
+assert g.n_swa * cell <= ck_size["gemma-3-27b"] < 1.001 * g.n_swa * cell
 assert q.rs_bytes_per_seq() <= ck_size["qwen3.5-27b"] < 1.001 * q.rs_bytes_per_seq()
-assert [round(ck_size[n] / MiB) for n in big] == [416, 150] and [round(32 * ck_size[n] / GiB, 1) for n in big] == [13.0, 4.7]
+assert ([round(ck_size[n] / MiB) for n in big] == [416, 150]
+        and [round(32 * ck_size[n] / GiB, 1) for n in big] == [13.0, 4.7])
 assert fits == {"gemma-3-27b": 19, "qwen3.5-27b": 54}
-assert 32 * ck_size["gemma-3-27b"] > 8192 * MiB > 32 * ck_size["qwen3.5-27b"]    # 32 of Gemma's alone overflow the default"""),
+# 32 of Gemma's alone overflow the default
+assert 32 * ck_size["gemma-3-27b"] > 8192 * MiB > 32 * ck_size["qwen3.5-27b"]"""),
     md("""On Gemma 3 27B the default 32 checkpoints alone (13.0 GiB) are more than the default 8 GiB cache holds
 (19 of them); on Qwen3.5 27B they take 4.7 GiB. How many does a slot hold? A chat request with a new part
 longer than `4 + n_ubatch` tokens takes three checkpoints (spec 4.2; notebook 07 shows where): at the
@@ -293,21 +336,25 @@ from slotlab.llama import Model
 from slotlab.serve.chat import ChatTemplate
 from slotlab.sim.paper_replay import paper_engine
 
-vocab = Model()                      # the default model's tokenizer and chat template (ChatML); nothing is decoded
+# the default model's tokenizer and chat template (ChatML); nothing is decoded
+vocab = Model()
 tmpl = ChatTemplate(vocab)
 DELIMS = tmpl.delimiters()           # what the chat endpoint adds to each request
 REVIEW = "You are a code reviewer. " + " ".join(
     f"Rule {i}: function f{i} must check argument a{i} and log error E{i}." for i in range(60))
-change = lambda k: f"Review change {k}: " + " ".join(f"line {j}: x{j} = f{j}(a{j}) + {k}" for j in range(40))
+change = lambda k: f"Review change {k}: " + " ".join(f"line {j}: x{j} = f{j}(a{j}) + {k}"
+    for j in range(40))
 
 def chat(name, flags, turns=10):
-    \"\"\"Ana's and Ben's turns on the paper memory of profile `name`; Ana's (slot, cache_n, prompt_n) per turn.\"\"\"
+    \"\"\"Ana's and Ben's turns on the paper memory of `name`: Ana's (slot, cache_n, prompt_n)s.\"\"\"
     eng, _ = paper_engine(["-c", "131072", *flags], vocab=vocab, profile=big[name])
-    hist = {"Ana": [{"role": "system", "content": REVIEW}], "Ben": [{"role": "system", "content": "You translate to German."}]}
+    hist = {"Ana": [{"role": "system", "content": REVIEW}],
+            "Ben": [{"role": "system", "content": "You translate to German."}]}
     ana = []
     for k in range(turns):
         for u in ("Ana", "Ben"):
-            hist[u].append({"role": "user", "content": change(k) if u == "Ana" else f"Translate sentence {k}."})
+            hist[u].append({"role": "user", "content": change(k) if u == "Ana"
+                            else f"Translate sentence {k}."})
             r = ask(eng, tmpl.apply(hist[u]), 8, message_delimiters=DELIMS)
             hist[u].append({"role": "assistant", "content": r["content"]})
             if u == "Ana":
@@ -321,25 +368,32 @@ def skipped(eng):
     for i, e in enumerate(log):
         if e.kind == "cache_skip_over_limit":
             nxt = next((f for f in log[i + 1:] if f.kind in ("slot_clear", "prompt_start")), None)
-            out.append((e.data["n_tokens"], e.data["size"] / MiB, nxt is not None and nxt.kind == "slot_clear"))
+            out.append((e.data["n_tokens"], e.data["size"] / MiB, nxt is not None
+                        and nxt.kind == "slot_clear"))
     return out
 
 runs = {"defaults": chat("gemma-3-27b", [])}
 eng, ana = runs["defaults"]
-ck_per_turn = [sum(e.kind == "checkpoint_created" for e in eng.events.log if e.task == t) for t in range(0, 20, 2)]
-held = [e.data["n_checkpoints"] for e in eng.events.log if e.kind == "cache_alloc" and e.data["n_tokens"] > 1000]
+ck_per_turn = [sum(e.kind == "checkpoint_created" for e in eng.events.log if e.task == t)
+               for t in range(0, 20, 2)]
+held = [e.data["n_checkpoints"] for e in eng.events.log if e.kind == "cache_alloc"
+        and e.data["n_tokens"] > 1000]
 print("Ana, turn by turn (slot, cache_n, prompt_n):", ana)
 print("checkpoints her requests took:", ck_per_turn, "| in her slot at each save:", held)
 for n, size, cleared in skipped(eng):
-    print(f"save of her {n:,} tokens skipped: {size:,.0f} MiB > 8,192 MiB; the slot cleared anyway: {cleared}")
+    print(f"save of her {n:,} tokens skipped: {size:,.0f} MiB > 8,192 MiB; the slot cleared "
+          f"anyway: {cleared}")
 lost = next(i for i, (_, c, _) in enumerate(ana) if i and c == 0)
-print(f"turn {lost}: cache_n {ana[lost][1]}, prompt_n {ana[lost][2]:,}: her whole conversation re-processed")
+print(f"turn {lost}: cache_n {ana[lost][1]}, prompt_n {ana[lost][2]:,}: her whole conversation "
+      f"re-processed")
 # not asserted: Ana's per-turn counts other than those the text cites
 assert ck_per_turn[:6] == [3] * 6 and held == [3, 6, 9, 12, 15, 4, 7, 10, 13]
 assert skipped(eng)[0][1] > ServerParams().cache_ram == 8192   # the default --cache-ram, MiB
 assert [(n, round(size), c) for n, size, c in skipped(eng)] == [(6111, 8382, True)]
-assert lost == 6 and ana[lost][1] == 0 and ana[lost][2] == 6907 and all(c > 2000 for _, c, _ in ana[1:lost] + ana[lost + 1:])
-assert 18 * ck_size["gemma-3-27b"] < skipped(eng)[0][1] * MiB and round(18 * ck_size["gemma-3-27b"] / MiB) == 7488
+assert (lost == 6 and ana[lost][1] == 0 and ana[lost][2] == 6907
+        and all(c > 2000 for _, c, _ in ana[1:lost] + ana[lost + 1:]))
+assert (18 * ck_size["gemma-3-27b"] < skipped(eng)[0][1] * MiB
+        and round(18 * ck_size["gemma-3-27b"] / MiB) == 7488)
 assert ana[1][1] == 2084    # her turn 1, loaded back from the RAM cache (the -sps steal, below)"""),
     md("""Three checkpoints a turn, 416 MiB each: after six turns Ana's slot holds 18 of them, 7,488 MiB, and with
 her 6,111 tokens of state the entry is 8,382 MiB, over the 8,192 MiB limit. The save is skipped, and
@@ -360,26 +414,39 @@ largest = {}
 for label, (eng, ana) in runs.items():
     sizes = [e.data["size"] for e in eng.events.log if e.kind == "cache_alloc"]
     largest[label] = max(sizes) / MiB
-    print(f"{label:24s} Ana's cache_n per turn {[c for _, c, _ in ana]}; saves skipped {len(skipped(eng))}, "
-          f"slot cleared after one {sum(c for *_, c in skipped(eng))}; largest entry saved {largest[label]:,.0f} MiB; "
+    print(f"{label:24s} Ana's cache_n per turn {[c for _, c, _ in ana]}; saves skipped "
+          f"{len(skipped(eng))}, "
+          f"slot cleared after one {sum(c for *_, c in skipped(eng))}; largest entry saved "
+          f"{largest[label]:,.0f} MiB; "
           f"hit rate {eng.metrics.hit_rate:.1%}")
 # not asserted: the per-turn lists (the picture's data); the asserts hold what the text cites
 reuse = {label: [c for _, c, _ in ana] for label, (_, ana) in runs.items()}
-assert reuse["--ctx-checkpoints 8"] == reuse["--cache-ram 16384"]          # the same turns as the defaults' ...
-assert [a for i, (a, b) in enumerate(zip(reuse["defaults"], reuse["--ctx-checkpoints 8"])) if a != b] == [0]  # ... but turn 6
-assert all(c > 2000 for label in runs for c in reuse[label][1:] if label != "defaults")   # nobody else loses a turn
+# the same turns as the defaults' ...
+assert reuse["--ctx-checkpoints 8"] == reuse["--cache-ram 16384"]
+# ... but turn 6
+assert ([a for i, (a, b) in enumerate(zip(reuse["defaults"], reuse["--ctx-checkpoints 8"]))
+         if a != b] == [0])
+# nobody else loses a turn
+assert all(c > 2000 for label in runs for c in reuse[label][1:] if label != "defaults")
 np4 = skipped(runs["-np 4 (not unified)"][0])
-assert len(np4) == 5 and not any(c for *_, c in np4) and {s for s, _, _ in runs["-np 4 (not unified)"][1][1:]} == {2}
-assert reuse["-np 4 (not unified)"][6] == skipped(runs["defaults"][0])[0][0] == 6111   # what the default lost, kept
-assert not any(skipped(runs[k][0]) for k in ("--ctx-checkpoints 8", "--cache-ram 16384", "qwen3.5-27b, defaults"))
-assert {k: round(v) for k, v in largest.items()} == {"defaults": 7071, "-np 4 (not unified)": 7071, "--ctx-checkpoints 8": 4057,
-                                                    "--cache-ram 16384": 13625, "qwen3.5-27b, defaults": 5221}
+assert (len(np4) == 5 and not any(c for *_, c in np4)
+        and {s for s, _, _ in runs["-np 4 (not unified)"][1][1:]} == {2})
+# what the default lost, kept
+assert reuse["-np 4 (not unified)"][6] == skipped(runs["defaults"][0])[0][0] == 6111
+assert (not any(skipped(runs[k][0])
+                for k in ("--ctx-checkpoints 8", "--cache-ram 16384", "qwen3.5-27b, defaults")))
+assert {k: round(v) for k, v in largest.items()} == {"defaults": 7071, "-np 4 (not unified)": 7071,
+    "--ctx-checkpoints 8": 4057,
+                                                    "--cache-ram 16384": 13625,
+                                                        "qwen3.5-27b, defaults": 5221}
 assert largest["--cache-ram 16384"] > 8192 > largest["--ctx-checkpoints 8"]
-assert reuse["defaults"][1] == 2084 and reuse["--ctx-checkpoints 8"][6] == 6099 and reuse["qwen3.5-27b, defaults"][1] == 2096
-assert [f"{runs[k][0].metrics.hit_rate:.1%}" for k in runs] == ["73.2%", "83.6%", "83.4%", "83.4%", "83.8%"]
+assert (reuse["defaults"][1] == 2084 and reuse["--ctx-checkpoints 8"][6] == 6099
+        and reuse["qwen3.5-27b, defaults"][1] == 2096)
+assert ([f"{runs[k][0].metrics.hit_rate:.1%}" for k in runs] == ["73.2%", "83.6%", "83.4%", "83.4%",
+    "83.8%"])
 
 def ana_entries(eng):
-    \"\"\"(turn, MiB) of each save of Ana's slot after her turn, kept or skipped (her conversation: over 1,000 tokens).\"\"\"
+    \"\"\"(turn, MiB, skipped) of each save of Ana's slot (over 1,000 tokens) after her turn.\"\"\"
     out = []
     for e in eng.events.log:
         if e.kind in ("cache_alloc", "cache_skip_over_limit") and e.data["n_tokens"] > 1000:
@@ -387,16 +454,26 @@ def ana_entries(eng):
     return out
 
 fig, ax = png.new(8, 3)
-for label, colour, style in (("--cache-ram 16384", "#72b7b2", "o-"), ("--ctx-checkpoints 8", "#4c78a8", "o-"),
-                             ("qwen3.5-27b, defaults", "#f58518", "o-"), ("defaults", "#e45756", "o--")):
-    pts = ana_entries(runs[label][0])   # the defaults drawn last: until turn 5 they are the 16384 line
+for label, colour, style in (("--cache-ram 16384", "#72b7b2", "o-"),
+                             ("--ctx-checkpoints 8", "#4c78a8", "o-"),
+                             ("qwen3.5-27b, defaults", "#f58518", "o-"),
+                             ("defaults", "#e45756", "o--")):
+    # the defaults drawn last: until turn 5 they are the 16384 line
+    pts = ana_entries(runs[label][0])
     ax.plot([t for t, _, _ in pts], [m for _, m, _ in pts], style, color=colour, ms=4,
             label=label if label.startswith("qwen") else "gemma-3-27b, " + label)
-    ax.plot([t for t, _, x in pts if x], [m for _, m, x in pts if x], "x", color="black", ms=10, mew=2)
-ax.axhline(8192, color="grey", ls="--", lw=1); ax.text(-0.4, 8400, "--cache-ram 8192 (default)", color="grey", fontsize=8)
-ax.axhline(16384, color="grey", ls=":", lw=1); ax.text(-0.4, 16600, "--cache-ram 16384", color="grey", fontsize=8)
-ax.set_ylim(0, 18500); ax.set_xlabel("Ana's turn (her slot saved after it: by Ben's steal, then by the idle-slot loop)"); ax.set_ylabel("entry: state + checkpoints (MiB)")
-ax.set_title("RAM-cache entry of one conversation on 27B models (x: over the limit, skipped, slot cleared)", loc="left")
+    ax.plot([t for t, _, x in pts if x], [m for _, m, x in pts if x], "x", color="black", ms=10,
+            mew=2)
+ax.axhline(8192, color="grey", ls="--", lw=1); ax.text(-0.4, 8400, "--cache-ram 8192 (default)",
+    color="grey", fontsize=8)
+ax.axhline(16384, color="grey", ls=":", lw=1); ax.text(-0.4, 16600, "--cache-ram 16384",
+    color="grey", fontsize=8)
+ax.set_ylim(0,
+            18500); ax.set_xlabel("Ana's turn (her slot saved after it: by Ben's steal, then by "
+                                  "the idle-slot loop)"); ax.set_ylabel("entry: state + "
+                                      "checkpoints (MiB)")
+ax.set_title("RAM-cache entry of one conversation on 27B models (x: over the limit, skipped, slot "
+             "cleared)", loc="left")
 ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 skips = [(t, round(m)) for t, m, x in ana_entries(runs["defaults"][0]) if x]
 assert skips == [(5, 8382)] and len(ana_entries(runs["defaults"][0])) == 10
@@ -411,8 +488,9 @@ checkpoints leave the state little room. The rule, for any
 model: **state + `--ctx-checkpoints` × one checkpoint ≤ `--cache-ram`**, for the longest conversation
 the cache must keep. How long a conversation keeps its entry once its slot holds a full list of checkpoints:"""),
     code("""def longest(name, n_ckpt, cache_mib=8192):
-    \"\"\"The longest conversation whose entry (state + n_ckpt checkpoints) fits --cache-ram cache_mib.\"\"\"
-    size = lambda n: paper_sizes(big[name], n, n_ctx=131072, n_slots=4, kv_unified=True)["state"] + n_ckpt * ck_size[name]
+    \"\"\"The longest conversation whose entry (state + n_ckpt checkpoints) fits cache_mib.\"\"\"
+    size = lambda n: paper_sizes(big[name], n, n_ctx=131072, n_slots=4,
+                                 kv_unified=True)["state"] + n_ckpt * ck_size[name]
     lo, hi = 1024, 131072          # bisect: the entry grows with the conversation
     if size(lo) > cache_mib * MiB:
         return 0
@@ -424,9 +502,11 @@ the cache must keep. How long a conversation keeps its entry once its slot holds
 limits = {(name, n): longest(name, n) for name in big for n in (32, 8)}
 for (name, n), t in limits.items():
     print(f"{big[name].name}, {n:>2} checkpoints held, --cache-ram 8192: " +
-          (f"conversations up to {t:,} tokens keep their entry" if t else "no conversation keeps its entry"))
+          (f"conversations up to {t:,} tokens keep their entry" if t
+           else "no conversation keeps its entry"))
 assert ServerParams().cache_ram == 8192 and ServerParams().ctx_checkpoints == 32     # the defaults
-assert limits == {("gemma-3-27b", 32): 0, ("gemma-3-27b", 8): 56924, ("qwen3.5-27b", 32): 52050, ("qwen3.5-27b", 8): 109485}"""),
+assert (limits == {("gemma-3-27b", 32): 0, ("gemma-3-27b", 8): 56924, ("qwen3.5-27b", 32): 52050,
+                   ("qwen3.5-27b", 8): 109485})"""),
     md("""With Gemma 3 27B's defaults no conversation with a full list keeps its entry (the 32 checkpoints alone
 overflow 8 GiB); with `--ctx-checkpoints 8` conversations up to 56,924 tokens do. Qwen3.5 27B keeps
 entries up to 52,050 tokens with the defaults, 109,485 with 8 checkpoints. What fewer checkpoints
@@ -461,7 +541,8 @@ for label, flags in (("-np 4", ["-np", "4"]), ("-np 4 -sps 0.25", ["-np", "4", "
                      ("-np 4 --cache-ram 0", ["-np", "4", "--cache-ram", "0"])):
     where[label] = chat("gemma-3-27b", flags, turns=2)[1]
 for label, ((s0, _, n0), (s1, c1, p1)) in where.items():
-    print(f"{label:20s} Ana's turn 1: slot {s1} (turn 0 in slot {s0}), cache_n {c1:,}, prompt_n {p1:,}")
+    print(f"{label:20s} Ana's turn 1: slot {s1} (turn 0 in slot {s0}), cache_n {c1:,}, prompt_n "
+          f"{p1:,}")
 assert [(t, n, lcp, how) for t, n, lcp, how, _, _ in steals] == [
     (1, 47, 10, "lcp"), (3, 89, 10, "lcp"), (5, 131, 10, "lru")]
 assert [f"{f:.3f}" for *_, f, _ in steals] == ["0.213", "0.112", "0.076"] and 10 / 131 < 0.10
@@ -470,7 +551,8 @@ assert idle_saves == [3702, 4505, 5308, 6111, 6914, 7717, 8520, 9323]
 assert {k: v[1] for k, v in where.items()} == {
     "defaults": (2, 2084, 808), "-np 4": (2, 2084, 808), "-np 4 -sps 0.25": (3, 2096, 796),
     "-np 4 --cache-ram 0": (2, 0, 2892)}
-assert all(v[0][0] == 3 for v in where.values())              # turn 0: the last slot (LRU, spec 1.3)"""),
+# turn 0: the last slot (LRU, spec 1.3)
+assert all(v[0][0] == 3 for v in where.values())"""),
     md("""* **Saved, then loaded back** (the defaults, and `-np 4`): Ana's next turn goes to an empty slot by
   LRU, which loads her entry (`f_keep` 1.0): 2,084 reused, not 2,096. The loaded slot is a *restored*
   one, which holds only the last `n_swa` positions of its window layers, so even continuing at its
@@ -503,7 +585,8 @@ for name, p in big.items():
     for t in QT:
         s = paper_sizes(p, 8192, n_ctx=131072, n_slots=4, kv_unified=True, type_k=t, type_v=t)
         entry = s["state"] + 8 * s["partial"]
-        qsz[name, t] = (p.bytes_per_token(t, t), s["state"], s["partial"], entry, 8192 * MiB // entry)
+        qsz[name, t] = (p.bytes_per_token(t, t), s["state"], s["partial"], entry,
+                        8192 * MiB // entry)
         print(f"{name:12s} -ctk/-ctv {t:5s} KV {qsz[name, t][0]:>7,} B/token; 8,192 tokens: state "
               f"{s['state'] / MiB:5.0f} MiB, one checkpoint {s['partial'] / MiB:4.0f} MiB, "
               f"entry with 8 {entry / MiB:5.0f} MiB; --cache-ram 8192 holds {qsz[name, t][4]}")
@@ -511,10 +594,13 @@ mib = {k: tuple(round(x / MiB) for x in v[1:4]) for k, v in qsz.items()}
 assert ServerParams().cache_ram == 8192
 assert [qsz["gemma-3-27b", t][0] for t in QT] == [507_904, 269_824, 142_848]
 assert [qsz["qwen3.5-27b", t][0] for t in QT] == [65_536, 34_816, 18_432]
-assert [mib["gemma-3-27b", t] for t in QT] == [(1056, 416, 4384), (561, 221, 2329), (297, 117, 1233)]
+assert ([mib["gemma-3-27b", t] for t in QT] == [(1056, 416, 4384), (561, 221, 2329),
+                                                (297, 117, 1233)])
 assert [mib["qwen3.5-27b", t] for t in QT] == [(662, 150, 1859), (422, 150, 1619), (294, 150, 1491)]
-assert [qsz["gemma-3-27b", t][4] for t in QT] == [1, 3, 6] and [qsz["qwen3.5-27b", t][4] for t in QT] == [4, 5, 5]
-assert qsz["gemma-3-27b", "q8_0"][0] * 32 == qsz["gemma-3-27b", "f16"][0] * 17   # 34 bytes per 32 values, not 64"""),
+assert ([qsz["gemma-3-27b", t][4] for t in QT] == [1, 3, 6]
+        and [qsz["qwen3.5-27b", t][4] for t in QT] == [4, 5, 5])
+# 34 bytes per 32 values, not 64
+assert qsz["gemma-3-27b", "q8_0"][0] * 32 == qsz["gemma-3-27b", "f16"][0] * 17"""),
     md("""On Gemma 3 27B, q8_0 roughly halves everything (34 bytes per 32 values against 64): the cache
 holds 3 such conversations instead of 1, q4_0 holds 6. On Qwen3.5 27B the attention KV halves too, but
 the entry is mostly checkpoints of the f32 recurrent state, so q8_0 gains one conversation (4 to 5)
@@ -523,13 +609,17 @@ defaults: the entry that overflowed 8 GiB at turn 5 now fits."""),
     code("""runs["-ctk q8_0 -ctv q8_0"] = chat("gemma-3-27b", ["-ctk", "q8_0", "-ctv", "q8_0"])
 q_eng, q_ana = runs["-ctk q8_0 -ctv q8_0"]
 q_largest = max(e.data["size"] for e in q_eng.events.log if e.kind == "cache_alloc") / MiB
-print(f"-ctk q8_0 -ctv q8_0: saves skipped {len(skipped(q_eng))}; largest entry {q_largest:,.0f} MiB; "
+print(f"-ctk q8_0 -ctv q8_0: saves skipped {len(skipped(q_eng))}; largest entry {q_largest:,.0f} "
+      f"MiB; "
       f"Ana's turn 6 cache_n {q_ana[6][1]:,} (the defaults: {runs['defaults'][1][6][1]}); "
-      f"hit rate {q_eng.metrics.hit_rate:.1%} (the defaults: {runs['defaults'][0].metrics.hit_rate:.1%})")
+      f"hit rate {q_eng.metrics.hit_rate:.1%} (the defaults: "
+      f"{runs['defaults'][0].metrics.hit_rate:.1%})")
 assert not skipped(q_eng) and round(q_largest) == 7238 < 8192
 assert q_ana[6][1] == 6099 and runs["defaults"][1][6][1] == 0
-assert 32 * qsz["gemma-3-27b", "q8_0"][2] / GiB > 6.9                   # the full cap alone: 6.9 GiB
-assert f"{q_eng.metrics.hit_rate:.1%}" == "83.4%" and f"{runs['defaults'][0].metrics.hit_rate:.1%}" == "73.2%"
+# the full cap alone: 6.9 GiB
+assert 32 * qsz["gemma-3-27b", "q8_0"][2] / GiB > 6.9
+assert (f"{q_eng.metrics.hit_rate:.1%}" == "83.4%"
+        and f"{runs['defaults'][0].metrics.hit_rate:.1%}" == "73.2%")
 assert [c for _, c, _ in q_ana] == [c for _, c, _ in runs["--ctx-checkpoints 8"][1]]"""),
     md("""The same reuse as `--ctx-checkpoints 8` or `--cache-ram 16384` (turn 6: 6,099 reused instead of 0),
 with the default cap of 32 checkpoints and half the GPU memory for the KV cache. Not for long: the

@@ -42,8 +42,10 @@ from slotlab.sim.simulate import simulate
 from slotlab.sim.speed import SpeedModel
 from slotlab.sim.traces import load_sessions
 
-model = Model(None)                       # the tokenizer and chat template (ChatML) of every prompt below
-SPEED = SpeedModel.from_rates(2000, 40)   # prefill / generation tokens per second: yours from `slotlab calibrate`
+# the tokenizer and chat template (ChatML) of every prompt below
+model = Model(None)
+# prefill / generation tokens per second: yours from `slotlab calibrate`
+SPEED = SpeedModel.from_rates(2000, 40)
 TMP = Path(tempfile.mkdtemp())
 
 def profile(name):
@@ -61,19 +63,25 @@ def run(calls, flags, name, chat=True):
             r.fields.pop("message_delimiters", None)
     return simulate(trace, flags, speed=SPEED, profile=profile(name), keep_events=True)
 
-line = lambda topic, n: " ".join(f"Line {i} of {topic}: value {i * 7} sits in row {i % 5}." for i in range(n))
+line = lambda topic, n: " ".join(f"Line {i} of {topic}: value {i * 7} sits in row {i % 5}."
+                                 for i in range(n))
 GiB, MiB = 2**30, 2**20
 NAMES = ["qwen3.5-27b", "gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b"]
 rows = {r["profile"]: r for r in profile_rows(NAMES)}
 for n, r in rows.items():
-    print(f"{n:13s} {r['memory']:6s} KV {r['kv_bytes_per_token']:>7,} B/token  SWA {r['n_swa'] or '-':>4}  "
+    print(f"{n:13s} {r['memory']:6s} KV {r['kv_bytes_per_token']:>7,} B/token  SWA "
+          f"{r['n_swa'] or '-':>4}  "
           f"one checkpoint {r['checkpoint_bytes'][32768] / MiB:6.1f} MiB")
 assert [rows[n]["kv_bytes_per_token"] for n in NAMES] == [65_536, 507_904, 49_152, 73_728]
-assert [rows[n]["n_swa"] for n in NAMES] == [0, 1024, 128, 128] and rows["qwen3.5-27b"]["memory"] == "hybrid"
-assert [round(rows[n]["checkpoint_bytes"][32768] / MiB, 1) for n in NAMES] == [149.6, 416.0, 3.0, 4.5]
-for n in NAMES:   # the widened vocabulary changes no size: the same bytes per token, recurrent state, fingerprint
+assert ([rows[n]["n_swa"] for n in NAMES] == [0, 1024, 128, 128]
+        and rows["qwen3.5-27b"]["memory"] == "hybrid")
+assert ([round(rows[n]["checkpoint_bytes"][32768] / MiB, 1) for n in NAMES] == [149.6, 416.0, 3.0,
+    4.5])
+# the widened vocabulary changes no size: the same bytes per token, recurrent state, fingerprint
+for n in NAMES:
     p, q = resolve_profile(n), profile(n)
-    assert (p.bytes_per_token(), p.rs_bytes_per_seq(), p.fingerprint()) == (q.bytes_per_token(), q.rs_bytes_per_seq(), q.fingerprint())"""),
+    assert (p.bytes_per_token(), p.rs_bytes_per_seq(), p.fingerprint()) == (q.bytes_per_token(),
+        q.rs_bytes_per_seq(), q.fingerprint())"""),
     md("""A **checkpoint** (notebooks 06 and 09) is a copy of what cannot be cut back: Qwen3.5's recurrent
 state (149.6 MiB, whatever the prompt's length), Gemma 3's window cache (416.0 MiB), gpt-oss's (3.0 and
 4.5 MiB). It lives in host RAM, up to `--ctx-checkpoints` (32) per slot, and travels with a slot's
@@ -91,30 +99,39 @@ def kv_gib(name, **kw):
     mem = PaperMemory(profile(name), n_ctx=131072, **kw)
     return sum(c.spec.size * c.spec.n_stream * c.spec.data_per_cell for c in mem.tgt.attn) / GiB
 
-SLOTS = {"qwen3.5-27b": 2, "gemma-3-27b": 6, "gpt-oss-20b": 4, "gpt-oss-120b": 4}   # each recipe's -np
+# each recipe's -np
+SLOTS = {"qwen3.5-27b": 2, "gemma-3-27b": 6, "gpt-oss-20b": 4, "gpt-oss-120b": 4}
 mem = {}
 for n in NAMES:
     ck32 = 32 * SLOTS[n] * rows[n]["checkpoint_bytes"][32768] / GiB
     mem[n] = (kv_gib(n, n_slots=SLOTS[n]), kv_gib(n, n_slots=SLOTS[n], swa_full=True), ck32)
-    print(f"{n:13s} -np {SLOTS[n]} -c 131072: KV {mem[n][0]:5.2f} GiB, with --swa-full {mem[n][1]:5.2f} GiB; "
+    print(f"{n:13s} -np {SLOTS[n]} -c 131072: KV {mem[n][0]:5.2f} GiB, with --swa-full "
+          f"{mem[n][1]:5.2f} GiB; "
           f"32 checkpoints in each slot: {mem[n][2]:5.2f} GiB of host RAM")
 assert [tuple(round(x, 2) for x in mem[n]) for n in NAMES] == [
     (8.00, 8.00, 9.35), (13.73, 62.48, 78.00), (3.07, 6.00, 0.38), (4.61, 9.00, 0.56)]
-assert PaperMemory(profile("gemma-3-27b"), n_ctx=131072, n_slots=6).n_ctx_seq == 22_016   # -c 131072 split in six, padded to 256
+# -c 131072 split in six, padded to 256
+assert PaperMemory(profile("gemma-3-27b"), n_ctx=131072, n_slots=6).n_ctx_seq == 22_016
 assert [SLOTS[n] for n in NAMES] == [2, 6, 4, 4]
-assert mem["qwen3.5-27b"][0] == mem["qwen3.5-27b"][1]   # no window: --swa-full changes nothing on Qwen3.5
-assert ServerParams().ctx_checkpoints == 32   # the default cap, per slot (common.h: n_ctx_checkpoints = 32)
+# no window: --swa-full changes nothing on Qwen3.5
+assert mem["qwen3.5-27b"][0] == mem["qwen3.5-27b"][1]
+# the default cap, per slot (common.h: n_ctx_checkpoints = 32)
+assert ServerParams().ctx_checkpoints == 32
 
 fig, ax = png.new(9, 2.8)
 y = range(len(NAMES))
-ax.barh([i + 0.27 for i in y], [mem[n][0] for n in NAMES], 0.27, label="KV cache (GPU)", color="#4c72b0")
-ax.barh(list(y), [mem[n][1] for n in NAMES], 0.27, label="KV cache with --swa-full (GPU)", color="#dd8452")
-ax.barh([i - 0.27 for i in y], [mem[n][2] for n in NAMES], 0.27, label="32 checkpoints in each of the -np slots (host RAM)", color="#937860")
+ax.barh([i + 0.27 for i in y], [mem[n][0] for n in NAMES], 0.27, label="KV cache (GPU)",
+        color="#4c72b0")
+ax.barh(list(y), [mem[n][1] for n in NAMES], 0.27, label="KV cache with --swa-full (GPU)",
+        color="#dd8452")
+ax.barh([i - 0.27 for i in y], [mem[n][2] for n in NAMES], 0.27,
+        label="32 checkpoints in each of the -np slots (host RAM)", color="#937860")
 ax.set_yticks(list(y), [f"{n} (-np {SLOTS[n]})" for n in NAMES])
 ax.invert_yaxis()
 ax.set_xlabel("GiB at -c 131072")
 ax.legend(loc="lower right", fontsize=8)
-ax.set_title("what each model's memory costs before any request (paper memory, published hyperparameters)")
+ax.set_title("what each model's memory costs before any request (paper memory, published "
+             "hyperparameters)")
 png.image(fig)"""),
     md("""Three things decide the recipes. Qwen3.5 has no window, so `--swa-full` is moot there, but its
 checkpoints are big. Gemma 3's `--swa-full` costs four and a half times the KV cache (62.48 GiB instead
@@ -152,15 +169,20 @@ def agent(turns=6, *, echo=True, stamp=False, id_slot=None, side=False, think=4)
     calls = []
     for k in range(turns):
         reply = line(f"plan {k}", think) + f" Calling tool {k}: read file {k}."
-        call = {"session_id": "agent", "messages": list(msgs), "reply": reply, "timestamp": 60.0 * k}
+        call = {"session_id": "agent", "messages": list(msgs), "reply": reply,
+                "timestamp": 60.0 * k}
         if id_slot is not None:
             call["id_slot"] = id_slot
         calls.append(call)
         if side:   # the client's side request between two turns: a title for the chat
-            calls.append({"session_id": f"title {k}", "messages": [{"role": "user", "content": "A title for: " + line(f"chat {k}", 5)}],
+            calls.append({"session_id": f"title {k}",
+                          "messages": [{"role": "user",
+                                        "content": "A title for: " + line(f"chat {k}", 5)}],
                           "output_length": 8, "timestamp": 60.0 * k + 30})
-        sent = reply if echo else f"Calling tool {k}: read file {k}."   # not echoed: the reasoning is dropped
-        result = "<tool_response>\\n" + line(f"file {k}", 30) + "\\n</tool_response>"   # as Qwen3.5's template renders a tool result
+        # not echoed: the reasoning is dropped
+        sent = reply if echo else f"Calling tool {k}: read file {k}."
+        # as Qwen3.5's template renders a tool result
+        result = "<tool_response>\\n" + line(f"file {k}", 30) + "\\n</tool_response>"
         msgs = msgs + [{"role": "assistant", "content": sent}, {"role": "user", "content": result}]
         msgs[0] = {"role": "system", "content": system(k + 1)}
     return calls
@@ -174,25 +196,35 @@ variants = {"the recipe, reply echoed": (agent(), RECIPE_Q),
             "auto -np, side requests, id_slot 0": (agent(side=True, id_slot=0), "-c 131072"),
             "the recipe, side requests": (agent(side=True), RECIPE_Q)}
 res = {k: run(calls, flags, Q) for k, (calls, flags) in variants.items()}
-turns = {k: [(x["cache_n"], x["cache_n"] + x["prompt_n"]) for x, c in zip(r.results, variants[k][0]) if c["session_id"] == "agent"]
+turns = {k: [(x["cache_n"], x["cache_n"] + x["prompt_n"]) for x,
+             c in zip(r.results, variants[k][0]) if c["session_id"] == "agent"]
          for k, r in res.items()}
 for k, t in turns.items():
-    print(f"{k:38s} cache_n per turn {[c for c, _ in t]}  ({sum(c for c, _ in t):,} of {sum(n for _, n in t):,} prompt tokens)")
+    print(f"{k:38s} cache_n per turn {[c for c, _ in t]}  ({sum(c for c, _ in t):,} of "
+          f"{sum(n for _, n in t):,} prompt tokens)")
 ok = turns["the recipe, reply echoed"]
 assert [c for c, _ in ok] == [0, 3930, 4623, 5316, 6009, 6702] and sum(n for _, n in ok) == 33_501
-assert all(c == n0 + 79 for (c, _), (_, n0) in zip(ok[1:], ok))         # the previous prompt and the reply, all reused
+# the previous prompt and the reply, all reused
+assert all(c == n0 + 79 for (c, _), (_, n0) in zip(ok[1:], ok))
 drop = turns["reply not echoed (reasoning dropped)"]
 assert [c for c, _ in drop] == [0, 3847, 4470, 5093, 5716, 6339]
-assert all(c == n0 - 4 for (c, _), (_, n0) in zip(drop[1:], drop))      # each turn: the reply and 4 prompt tokens lost
-assert [c for c, _ in turns["a clock in the system prompt"]] == [0] * 6  # the prefix changes: nothing is reused
-assert [c for c, _ in turns["auto -np, side requests"]] == [c for c, _ in ok]   # migrates through the RAM cache ...
-assert res["auto -np, side requests"].totals["evictions"] == {"loaded": 5}       # ... loaded back 5 times
-assert [c for c, _ in turns["auto -np, side requests, id_slot 0"]] == [0] * 6   # pinned: never loaded back
+# each turn: the reply and 4 prompt tokens lost
+assert all(c == n0 - 4 for (c, _), (_, n0) in zip(drop[1:], drop))
+# the prefix changes: nothing is reused
+assert [c for c, _ in turns["a clock in the system prompt"]] == [0] * 6
+# migrates through the RAM cache ...
+assert [c for c, _ in turns["auto -np, side requests"]] == [c for c, _ in ok]
+# ... loaded back 5 times
+assert res["auto -np, side requests"].totals["evictions"] == {"loaded": 5}
+# pinned: never loaded back
+assert [c for c, _ in turns["auto -np, side requests, id_slot 0"]] == [0] * 6
 assert [c for c, _ in turns["the recipe, side requests"]] == [c for c, _ in ok]
 assert {k: (sum(c for c, _ in t), sum(n for _, n in t)) for k, t in turns.items()} == {
-    "the recipe, reply echoed": (26_580, 33_501), "reply not echoed (reasoning dropped)": (25_465, 32_451),
+    "the recipe, reply echoed": (26_580, 33_501),
+        "reply not echoed (reasoning dropped)": (25_465, 32_451),
     "a clock in the system prompt": (0, 33_555), "auto -np, side requests": (26_580, 33_501),
-    "auto -np, side requests, id_slot 0": (0, 33_501), "the recipe, side requests": (26_580, 33_501)}"""),
+    "auto -np, side requests, id_slot 0": (0, 33_501),
+        "the recipe, side requests": (26_580, 33_501)}"""),
     md("""Drawn per turn: the bar is the prompt, the dark part what the server reused (`cache_n`)."""),
     code("""fig, ax = png.new(9, 3.2)
 keys = list(turns)
@@ -244,24 +276,35 @@ Twenty-four turns, default cap against the recipe's:"""),
     turns' reasoning, only their tool calls.\"\"\"
     last = calls[-1]
     msgs = last["messages"] + [{"role": "assistant", "content": last["reply"]}]
-    msgs = [{"role": "assistant", "content": m["content"][m["content"].index("Calling tool"):]} if m["role"] == "assistant" else m
+    msgs = [{"role": "assistant", "content": m["content"][m["content"].index("Calling tool"):]}
+            if m["role"] == "assistant" else m
             for m in msgs]
-    return calls + [{"session_id": "agent", "messages": msgs + [{"role": "user", "content": text}], "reply": "Done.",
+    return calls + [{"session_id": "agent", "messages": msgs + [{"role": "user", "content": text}],
+                     "reply": "Done.",
                      "timestamp": last["timestamp"] + 60}]
 
 long = new_query(agent(24))
-ck = {cap: run(long, RECIPE_Q.replace("--ctx-checkpoints 6", f"--ctx-checkpoints {cap}"), Q) for cap in (32, 6, 4)}
-most = {cap: max(int(e.message.split()[3]) for e in r.engine.events.log if e.kind == "checkpoint_created") for cap, r in ck.items()}
+ck = {cap: run(long, RECIPE_Q.replace("--ctx-checkpoints 6", f"--ctx-checkpoints {cap}"), Q)
+      for cap in (32, 6, 4)}
+most = {cap: max(int(e.message.split()[3]) for e in r.engine.events.log
+                 if e.kind == "checkpoint_created") for cap, r in ck.items()}
 for cap, r in ck.items():
     loop, last = r.results[:-1], r.results[-1]
-    print(f"--ctx-checkpoints {cap:2d}: at most {most[cap]} held, {most[cap] * rows[Q]['checkpoint_bytes'][32768] / GiB:.2f} GiB; "
-          f"the loop reused {sum(x['cache_n'] for x in loop):,}; the new user message {last['cache_n']:,} of {last['cache_n'] + last['prompt_n']:,}")
-assert most == {32: 31, 6: 5, 4: 4} and [round(most[c] * rows[Q]["checkpoint_bytes"][32768] / GiB, 2) for c in most] == [4.53, 0.73, 0.58]
-assert all([x["cache_n"] for x in r.results[:-1]] == [x["cache_n"] for x in ck[32].results[:-1]] for r in ck.values())  # the loop: the same
+    print(f"--ctx-checkpoints {cap:2d}: at most {most[cap]} held, "
+          f"{most[cap] * rows[Q]['checkpoint_bytes'][32768] / GiB:.2f} GiB; "
+          f"the loop reused {sum(x['cache_n'] for x in loop):,}; the new user message "
+          f"{last['cache_n']:,} of {last['cache_n'] + last['prompt_n']:,}")
+assert (most == {32: 31, 6: 5, 4: 4}
+        and [round(most[c] * rows[Q]["checkpoint_bytes"][32768] / GiB, 2) for c in most] == [4.53,
+            0.73, 0.58])
+# the loop: the same
+assert (all([x["cache_n"] for x in r.results[:-1]] == [x["cache_n"] for x in ck[32].results[:-1]]
+            for r in ck.values()))
 assert sum(x["cache_n"] for x in ck[4].results[:-1]) == 268_605
 assert [ck[c].results[-1]["cache_n"] for c in (32, 6, 4)] == [3051, 3051, 0]
 assert all(r.results[-1]["cache_n"] + r.results[-1]["prompt_n"] == 18_642 for r in ck.values())
-assert long[-1]["messages"][1]["content"].startswith("Fix the failing test")   # the user's task, where 3,051 ends
+# the user's task, where 3,051 ends
+assert long[-1]["messages"][1]["content"].startswith("Fix the failing test")
 first_reply = ck[6].results[0]["cache_n"] + ck[6].results[0]["prompt_n"]
 assert first_reply == 3851 > 3051"""),
     md("""Inside the loop the cap changes nothing, turn by turn. It matters at the user's next message: the
@@ -294,30 +337,40 @@ def chat(users=6, turns=5, reply=20):
     calls, convs = [], {u: [{"role": "system", "content": HANDBOOK}] for u in range(users)}
     for k in range(turns):
         for u in range(users):
-            msgs = convs[u] + [{"role": "user", "content": f"User {u}, question {k}: " + line(f"case {u}-{k}", 12)}]
+            msgs = convs[u] + [{"role": "user",
+                                "content": f"User {u}, question {k}: " + line(f"case {u}-{k}", 12)}]
             answer = f"Answer {k} to user {u}: " + line(f"answer {u}-{k}", reply)
-            calls.append({"session_id": f"user {u}", "messages": msgs, "reply": answer, "timestamp": 40.0 * k + 3.0 * u})
+            calls.append({"session_id": f"user {u}", "messages": msgs, "reply": answer,
+                          "timestamp": 40.0 * k + 3.0 * u})
             convs[u] = msgs + [{"role": "assistant", "content": answer}]
     return calls
 
 G = "gemma-3-27b"
 RECIPE_G = "-np 6 -c 131072 --ctx-checkpoints 4 --no-cache-idle-slots"
 talk = chat()
-gem = {f: run(talk, f, G) for f in ("-c 131072", "-c 131072 --swa-full", "-np 6 -c 131072", RECIPE_G)}
+gem = {f: run(talk, f, G)
+       for f in ("-c 131072", "-c 131072 --swa-full", "-np 6 -c 131072", RECIPE_G)}
 pct = lambda r: round(100 * r.totals["tokens_reused"] / r.totals["prompt_tokens"], 1)
 def held_gib(r):
     return sum(c.size() for s in r.engine.core.slots for c in s.checkpoints) / GiB
 for f, r in gem.items():
-    print(f"{f:58s} reused {pct(r):4.1f} %  peak RAM cache {r.totals['peak_cache_bytes'] / GiB:5.2f} GiB  "
+    print(f"{f:58s} reused {pct(r):4.1f} %  peak RAM cache "
+          f"{r.totals['peak_cache_bytes'] / GiB:5.2f} GiB  "
           f"checkpoints held {held_gib(r):5.2f} GiB")
 total = gem[RECIPE_G].totals["prompt_tokens"]
-assert total == 122_430 and all(r.totals["prompt_tokens"] == total and r.totals["n_errors"] == 0 for r in gem.values())
+assert (total == 122_430
+        and all(r.totals["prompt_tokens"] == total and r.totals["n_errors"] == 0
+                for r in gem.values()))
 assert [pct(r) for r in gem.values()] == [46.2, 57.2, 81.4, 81.4]
-assert [round(r.totals["peak_cache_bytes"] / GiB, 2) for r in gem.values()] == [7.59, 4.01, 7.54, 0.00]
-assert gem["-np 6 -c 131072"].totals["tokens_reused"] == gem[RECIPE_G].totals["tokens_reused"]   # the cap and the loop cost nothing
-assert gem[RECIPE_G].totals["peak_cache_bytes"] == 0 < gem["-np 6 -c 131072"].totals["peak_cache_bytes"]
-assert [round(held_gib(r), 2) for r in gem.values()] == [7.72, 0.00, 36.56, 9.75]   # --swa-full: none taken
-auto_full = kv_gib(G, n_slots=4, kv_unified=True, swa_full=True)   # the --swa-full run's own KV cache
+assert ([round(r.totals["peak_cache_bytes"] / GiB, 2) for r in gem.values()] == [7.59, 4.01, 7.54,
+    0.00])
+# the cap and the loop cost nothing
+assert gem["-np 6 -c 131072"].totals["tokens_reused"] == gem[RECIPE_G].totals["tokens_reused"]
+assert (gem[RECIPE_G].totals["peak_cache_bytes"] == 0 < gem["-np 6 -c 131072"].totals["peak_cache_bytes"])
+# --swa-full: none taken
+assert [round(held_gib(r), 2) for r in gem.values()] == [7.72, 0.00, 36.56, 9.75]
+# the --swa-full run's own KV cache
+auto_full = kv_gib(G, n_slots=4, kv_unified=True, swa_full=True)
 print(f"KV cache with --swa-full: {auto_full:.2f} GiB on auto -np (4 unified slots), "
       f"{mem[G][1]:.2f} GiB on -np 6")
 assert (round(auto_full, 2), round(mem[G][1], 2)) == (62.00, 62.48)
@@ -366,24 +419,31 @@ def oss(users=6, turns=4, think=40):
     for u in range(users):
         msgs = [{"role": "system", "content": GUIDE}]
         for k in range(turns):
-            msgs = msgs + [{"role": "user", "content": f"Question {k}: " + line(f"topic {u}-{k}", 10)}]
+            msgs = msgs + [{"role": "user",
+                            "content": f"Question {k}: " + line(f"topic {u}-{k}", 10)}]
             final = f"Answer {k}: " + line(f"answer {u}-{k}", 5)
-            calls.append({"session_id": f"user {u}", "messages": list(msgs), "timestamp": 60.0 * k + 5 * u,
-                          "reply": {"role": "assistant", "content": final, "reasoning_content": line(f"reasoning {u}-{k}", think)}})
-            msgs = msgs + [{"role": "assistant", "content": final}]   # what the template renders back: the final answer
+            calls.append({"session_id": f"user {u}", "messages": list(msgs),
+                          "timestamp": 60.0 * k + 5 * u,
+                          "reply": {"role": "assistant", "content": final,
+                                    "reasoning_content": line(f"reasoning {u}-{k}", think)}})
+            # what the template renders back: the final answer
+            msgs = msgs + [{"role": "assistant", "content": final}]
     return calls
 
 RECIPE_O = "-np 4 -c 131072"
 asks = oss()
 flagsets = ["-c 131072", RECIPE_O, RECIPE_O + " --swa-full"]
-gpt = {(n, f): run(asks, f, n) for n in ("gpt-oss-20b", "gpt-oss-120b") for f in flagsets if n == "gpt-oss-20b" or f != flagsets[0]}
+gpt = {(n, f): run(asks, f, n) for n in ("gpt-oss-20b", "gpt-oss-120b") for f in flagsets
+       if n == "gpt-oss-20b" or f != flagsets[0]}
 for (n, f), r in gpt.items():
     resets = sum(1 for e in r.engine.events.log if e.kind == "checkpoint_none")
     print(f"{n:13s} {f:30s} reused {pct(r):4.1f} %  full re-processing {resets} times")
-assert all(gpt["gpt-oss-20b", f].results == gpt["gpt-oss-120b", f].results for f in flagsets[1:])  # the same decisions on both
+# the same decisions on both
+assert all(gpt["gpt-oss-20b", f].results == gpt["gpt-oss-120b", f].results for f in flagsets[1:])
 assert [pct(gpt["gpt-oss-20b", f]) for f in flagsets] == [68.8, 70.2, 45.7]
 assert all(r.totals["prompt_tokens"] == 55_584 for r in gpt.values()) and "-c 131072" in flagsets[0]
-resets = {f: sum(1 for e in gpt[n, f].engine.events.log if e.kind == "checkpoint_none") for n, f in gpt}
+resets = {f: sum(1 for e in gpt[n, f].engine.events.log if e.kind == "checkpoint_none") for n,
+          f in gpt}
 assert resets == {"-c 131072": 0, RECIPE_O: 0, RECIPE_O + " --swa-full": 6}"""),
     md("""The same decisions on 20B and 120B (the window and the layer pattern decide; only the bytes
 differ). Without `--swa-full` every next turn restores a checkpoint near the previous prompt's end,
@@ -409,37 +469,54 @@ runs above (the engine answers `/slots` and `/metrics` as the server does, and p
   fall back to; `created context checkpoint k of N` shows the cap; `- found better prompt` a RAM-cache
   hit; `saving idle slot to prompt cache` the idle-slot loop at work."""),
     code("""LINES = {"restored": "restored context checkpoint", "forced": "forcing full prompt re-processing",
-         "created": "created context checkpoint", "loaded": "- found better prompt", "idle save": "saving idle slot"}
+         "created": "created context checkpoint", "loaded": "- found better prompt",
+         "idle save": "saving idle slot"}
 def lv4(r):
-    return {k: sum(1 for e in r.engine.events.log if e.message.lstrip().startswith(t)) for k, t in LINES.items()}
+    return {k: sum(1 for e in r.engine.events.log if e.message.lstrip().startswith(t)) for k,
+            t in LINES.items()}
 def metrics(r):
     m = r.engine.metrics
     return m.prompt_tokens_cached_total, m.prompt_tokens_total
-checks = {"agent, recipe": res["the recipe, side requests"], "agent, id_slot 0": res["auto -np, side requests, id_slot 0"],
+checks = {"agent, recipe": res["the recipe, side requests"],
+          "agent, id_slot 0": res["auto -np, side requests, id_slot 0"],
           "chat, auto -np": gem["-c 131072"], "chat, recipe": gem[RECIPE_G],
-          "gpt-oss, recipe": gpt["gpt-oss-120b", RECIPE_O], "gpt-oss, --swa-full": gpt["gpt-oss-120b", RECIPE_O + " --swa-full"]}
+          "gpt-oss, recipe": gpt["gpt-oss-120b", RECIPE_O],
+          "gpt-oss, --swa-full": gpt["gpt-oss-120b", RECIPE_O + " --swa-full"]}
 for k, r in checks.items():
     cached, processed = metrics(r)
-    print(f"{k:20s} /metrics cached {cached:>7,} processed {processed:>7,} (hit rate {100 * cached / (cached + processed):4.1f} %)  -lv 4: {lv4(r)}")
+    print(f"{k:20s} /metrics cached {cached:>7,} processed {processed:>7,} (hit rate "
+          f"{100 * cached / (cached + processed):4.1f} %)  -lv 4: {lv4(r)}")
 slots = checks["agent, recipe"].engine.slots_json()
-print("/slots after the agent:", [(s["id"], s["n_prompt_tokens"], s["is_processing"]) for s in slots])
+print("/slots after the agent:",
+      [(s["id"], s["n_prompt_tokens"], s["is_processing"]) for s in slots])
 for k, r in checks.items():   # the counters are the per-request figures summed
     assert metrics(r) == (r.totals["tokens_reused"], r.totals["tokens_prefilled"])
-assert [round(100 * r.totals["tokens_reused"] / r.totals["prompt_tokens"], 1) for r in checks.values()] == [
+assert [round(100 * r.totals["tokens_reused"] / r.totals["prompt_tokens"], 1)
+        for r in checks.values()] == [
     77.8, 0.0, 46.2, 81.4, 70.2, 45.7]
 assert {k: (metrics(r), lv4(r)) for k, r in checks.items()} == {
-    "agent, recipe": ((26_585, 7_606), {"restored": 5, "forced": 0, "created": 30, "loaded": 0, "idle save": 0}),
-    "agent, id_slot 0": ((0, 34_191), {"restored": 0, "forced": 0, "created": 35, "loaded": 0, "idle save": 36}),
-    "chat, auto -np": ((56_531, 65_899), {"restored": 23, "forced": 0, "created": 93, "loaded": 9, "idle save": 30}),
-    "chat, recipe": ((99_660, 22_770), {"restored": 0, "forced": 0, "created": 90, "loaded": 0, "idle save": 0}),
-    "gpt-oss, recipe": ((39_040, 16_544), {"restored": 20, "forced": 0, "created": 72, "loaded": 6, "idle save": 24}),
-    "gpt-oss, --swa-full": ((25_384, 30_200), {"restored": 0, "forced": 6, "created": 0, "loaded": 6, "idle save": 24})}
-assert lv4(checks["agent, id_slot 0"])["forced"] == 0 and lv4(checks["agent, id_slot 0"])["loaded"] == 0
+    "agent, recipe": ((26_585, 7_606),
+                      {"restored": 5, "forced": 0, "created": 30, "loaded": 0, "idle save": 0}),
+    "agent, id_slot 0": ((0, 34_191),
+                         {"restored": 0, "forced": 0, "created": 35, "loaded": 0, "idle save": 36}),
+    "chat, auto -np": ((56_531, 65_899),
+                       {"restored": 23, "forced": 0, "created": 93, "loaded": 9, "idle save": 30}),
+    "chat, recipe": ((99_660, 22_770),
+                     {"restored": 0, "forced": 0, "created": 90, "loaded": 0, "idle save": 0}),
+    "gpt-oss, recipe": ((39_040, 16_544),
+                        {"restored": 20, "forced": 0, "created": 72, "loaded": 6, "idle save": 24}),
+    "gpt-oss, --swa-full": ((25_384, 30_200),
+                            {"restored": 0, "forced": 6, "created": 0, "loaded": 6,
+                             "idle save": 24})}
+assert (lv4(checks["agent, id_slot 0"])["forced"] == 0
+        and lv4(checks["agent, id_slot 0"])["loaded"] == 0)
 assert lv4(checks["agent, recipe"])["idle save"] == 0 < lv4(checks["agent, id_slot 0"])["idle save"]
-assert lv4(checks["gpt-oss, --swa-full"])["forced"] == 6 and lv4(checks["gpt-oss, --swa-full"])["created"] == 0
+assert (lv4(checks["gpt-oss, --swa-full"])["forced"] == 6
+        and lv4(checks["gpt-oss, --swa-full"])["created"] == 0)
 assert lv4(checks["gpt-oss, recipe"])["forced"] == 0 < lv4(checks["gpt-oss, recipe"])["restored"]
 assert [(s["id"], s["is_processing"]) for s in slots] == [(0, False), (1, False)]
-assert [s["n_prompt_tokens"] for s in slots] == [122, 7_395] == [len(s.tokens) for s in checks["agent, recipe"].engine.core.slots]"""),
+assert ([s["n_prompt_tokens"] for s in slots] == [122, 7_395] == [len(s.tokens)
+    for s in checks["agent, recipe"].engine.core.slots])"""),
     md("""## Try this
 1. Record your own traffic (`slotlab proxy --record sessions.jsonl` in front of your server) and run it
    through each recipe: `slotlab simulate sessions.jsonl --profile gemma-3-27b --why -np 6 -c 131072`;
