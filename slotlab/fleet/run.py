@@ -37,10 +37,12 @@ class FleetResult:
     how: str
     stats: dict = field(default_factory=dict)
     wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict:
         return {"flags": self.flags, "fleet": {"servers": self.n, "router": self.router, "router_sees": self.sees,
                                                "how": self.how, **({"lockstep": self.stats} if self.stats else {})},
+                **({"fleet_notes": self.notes} if self.notes else {}),
                 "totals": self.totals, "servers": self.servers, "capacity": self.capacity,
                 "routing": self.routing, "results": self.results}
 
@@ -65,6 +67,7 @@ class FleetResult:
             out.append(f"{s['server']:>6} {t['n_requests']:>8} {pct(t['tokens_reused'], t['prompt_tokens']):>8} "
                        f"{t['queue_wait_p99']:>10.3f} {t['ttft_p50']:>9.3f} {t['ttft_p99']:>9.3f}")
         out += SimResult(self.flags, self.results, self.totals).lines(per_request=False)
+        out += [f"note: {x}" for x in self.notes]
         w = self.warning()
         if w:
             out.append(w)
@@ -91,6 +94,11 @@ def simulate_fleet(trace, flags=None, n: int = 1, router: str = "round-robin", *
     if n > 1 and any(q.action is not None for q in reqs):
         raise ConfigError("a fleet does not route slot actions (they name one server's slot): "
                           "run such a trace with --fleet 1")
+    notes = []
+    if n > 1 and any(q.sequential for q in reqs):
+        notes.append("requests without an arrival are sent in trace order per server: each waits for the earlier ones "
+                     "sent to the same server (a client's `wait`), not for those sent elsewhere; the router decides at the "
+                     "trace's arrival times (all 0), so least-loaded counts every earlier request in flight")
     setup = Setup(flags, speed, profile, vocab, bounds, source)
     stats: dict = {}
     if r.static:
@@ -121,7 +129,7 @@ def simulate_fleet(trace, flags=None, n: int = 1, router: str = "round-robin", *
     cap = capacity.check(trace, results, [c.server for c in choices], n, speed, n_slots)
     routing = [c.record(i, q.arrival) for i, (c, q) in enumerate(zip(choices, reqs))]
     return FleetResult(list(flags if flags is not None else trace.flags), n, r.name, r.sees, results, totals,
-                       servers, routing, cap, how, stats, wall)
+                       servers, routing, cap, how, stats, wall, notes)
 
 
 __all__ = ["FleetResult", "ServerRun", "simulate_fleet"]
