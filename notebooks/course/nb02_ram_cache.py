@@ -36,10 +36,12 @@ def log(kind, **f):
         print(f["message"])
 
 PER_TOKEN = 16 * 1024             # bytes of state per token (synthetic)
-cache = PromptCache(limit_size=4 * 1024 * 1024, limit_tokens=4096, on_event=log)   # --cache-ram 4, n_ctx 4096
+# --cache-ram 4, n_ctx 4096
+cache = PromptCache(limit_size=4 * 1024 * 1024, limit_tokens=4096, on_event=log)
 rec = cache_fifo.Recorder(cache)  # remembers the entries after each step, for the picture
 toks = lambda *r: np.concatenate([np.arange(a, b, dtype=np.int32) for a, b in r])
-save = lambda t: cache.alloc(t, [], PER_TOKEN * len(t))    # a slot's save: its tokens and state size"""),
+# a slot's save: its tokens and state size
+save = lambda t: cache.alloc(t, [], PER_TOKEN * len(t))"""),
     md("""## `alloc`: dedupe, over-limit skip, obsolete prefix, make room
 Rules run in this order (spec 2.3): (1) a prompt that is a prefix of a cached one is skipped;
 (3) a single entry larger than the whole budget is skipped *before* anything is evicted; (4) cached
@@ -50,10 +52,12 @@ b = save(toks((0, 50)));       rec.snap("b: a's first 50")        # a prefix of 
 c = save(toks((500, 800)));    rec.snap("c: 300 tokens")          # 4.6875 MiB > 4 MiB: skipped
 d = save(toks((0, 160)));      rec.snap("d: a + 60 tokens")       # extends a: a is obsolete
 e = save(toks((900, 980)));    rec.snap("e: 80 tokens")
-f = save(toks((2000, 2100)));  rec.snap("f: 100 tokens")          # 2.5 + 1.25 + 1.5625 > 4: the oldest goes
+# 2.5 + 1.25 + 1.5625 > 4: the oldest goes
+f = save(toks((2000, 2100)));  rec.snap("f: 100 tokens")
 print([(x.n_tokens(), x.size()) for x in cache.entries], cache.size(), "bytes")
 assert b is None and c is None
-assert [int(x.split()[5].rstrip(",")) for x in lines if "saving prompt" in x] == [100, 50, 300, 160, 80, 100]
+assert ([int(x.split()[5].rstrip(",")) for x in lines if "saving prompt" in x] == [100, 50, 300,
+    160, 80, 100])
 assert " - prompt is already in the cache, skipping" in lines
 assert " - prompt state size 4.688 MiB exceeds cache size limit 4.000 MiB, skipping" in lines
 assert " - removing obsolete cached prompt with length 100" in lines
@@ -72,10 +76,12 @@ g = save(toks((3000, 3120)));  rec.snap("g: 120 tokens, alloc fails")
 cache.allocate = lambda n: np.zeros(n, dtype=np.uint8)
 print("limit now", cache.limit_size, "bytes,", len(cache), "entries")
 assert g is None and cache.limit_size == int(0.4 * 100 * PER_TOKEN) == 655360 and len(cache) == 0
-assert lines[-6] == " - saving prompt with length 120, total state size = 1.875 MiB (draft: 0.000 MiB)"
+assert (lines[-6] == " - saving prompt with length 120, total state size = 1.875 MiB (draft: 0.000 "
+        "MiB)")
 assert lines[-3:] == [" - cache size limit reduced to 0.625 MiB",
                       " - cache size limit reached, removing oldest entry (size = 1.562 MiB)",
-                      " - cache state: 0 prompts, 0.000 MiB (limits: 0.625 MiB, 4096 tokens, 655360 est)"]
+                      " - cache state: 0 prompts, 0.000 MiB (limits: 0.625 MiB, 4096 tokens, "
+                      "655360 est)"]
 # (an empty cache counts 1 byte a token, so the token estimate is the byte limit: 655360)"""),
     md("""The seven steps as a picture: one row per `alloc`, the dashed box is the byte limit, entries are
 in FIFO order with the oldest (the next to be evicted) on the left."""),
@@ -91,10 +97,13 @@ the best only if it beats the running best on **both** axes (spec 2.4).
 
 Five entries share the first `lcp` tokens of a 100-token prompt; the server's `load` lines follow."""),
     code("""new = toks((0, 100))                                         # the new prompt
-entry = lambda lcp, n, tail: toks((0, lcp), (tail, tail + n - lcp))  # its first lcp tokens, then its own
-fifo = [entry(60, 300, 10_000),   # 1: f_keep 0.20 < 0.25: skipped, although it covers 60 % of the prompt
+# its first lcp tokens, then its own
+entry = lambda lcp, n, tail: toks((0, lcp), (tail, tail + n - lcp))
+# 1: f_keep 0.20 < 0.25: skipped, although it covers 60 % of the prompt
+fifo = [entry(60, 300, 10_000),
         entry(30, 40, 20_000),    # 2: f_keep 0.75,  f_sim 0.30: beats the empty slot
-        entry(50, 200, 30_000),   # 3: f_keep 0.25 exactly: on the floor, considered (the test is < 0.25)
+        # 3: f_keep 0.25 exactly: on the floor, considered (the test is < 0.25)
+        entry(50, 200, 30_000),
         entry(70, 80, 40_000),    # 4: f_keep 0.875, f_sim 0.70: beats 2 on both
         entry(90, 150, 50_000)]   # 5: f_sim 0.90 is the best, but f_keep 0.60 < 0.875: loses
 def scan(order):
@@ -106,15 +115,21 @@ def scan(order):
 res = scan(fifo)
 got = [(s.n_tokens, round(float(s.f_keep), 3), round(float(s.f_sim), 3), s.below_floor, s.improved)
        for s in res.scores]
-assert got == [(300, 0.2, 0.6, True, False), (40, 0.75, 0.3, False, True), (200, 0.25, 0.5, False, False),
+assert got == [(300, 0.2, 0.6, True, False), (40, 0.75, 0.3, False, True),
+               (200, 0.25, 0.5, False, False),
                (80, 0.875, 0.7, False, True), (150, 0.6, 0.9, False, False)]
 assert res.scores[2].f_keep == np.float32(0.25) and res.entry.n_tokens() == 80
 assert lines[-7:] == [" - looking for better prompt, base f_keep = -1.000, f_sim = 0.000",
-                      "   - prompt with length     300, lcp =      60, f_keep = 0.200, f_sim = 0.600",
-                      "   - prompt with length      40, lcp =      30, f_keep = 0.750, f_sim = 0.300",
-                      "   - prompt with length     200, lcp =      50, f_keep = 0.250, f_sim = 0.500",
-                      "   - prompt with length      80, lcp =      70, f_keep = 0.875, f_sim = 0.700",
-                      "   - prompt with length     150, lcp =      90, f_keep = 0.600, f_sim = 0.900",
+                      "   - prompt with length     300, lcp =      60, f_keep = 0.200, f_sim = "
+                      "0.600",
+                      "   - prompt with length      40, lcp =      30, f_keep = 0.750, f_sim = "
+                      "0.300",
+                      "   - prompt with length     200, lcp =      50, f_keep = 0.250, f_sim = "
+                      "0.500",
+                      "   - prompt with length      80, lcp =      70, f_keep = 0.875, f_sim = "
+                      "0.700",
+                      "   - prompt with length     150, lcp =      90, f_keep = 0.600, f_sim = "
+                      "0.900",
                       " - found better prompt with f_keep = 0.875, f_sim = 0.700"]
 cache_scores.image(res, titles=["one load: the FIFO scanned oldest first (the server's order)"])"""),
     md("""Read the picture from point 1 to 5. Entry 1 (300 tokens) is scanned first and, against an empty slot,
@@ -129,13 +144,19 @@ new prompt, more than entry 4's 70 %, but its `f_keep` 0.60 is below 0.875: outs
 newest first and entry 5, met before entry 4, becomes the best, which entry 4 cannot then beat:"""),
     code("""rev = scan(fifo[::-1])
 assert [s.n_tokens for s in rev.scores] == [150, 80, 200, 40, 300]
-assert [s.improved for s in rev.scores] == [True, False, False, False, False] and rev.entry.n_tokens() == 150
+assert ([s.improved for s in rev.scores] == [True, False, False, False, False]
+        and rev.entry.n_tokens() == 150)
 assert lines[-7:] == [" - looking for better prompt, base f_keep = -1.000, f_sim = 0.000",
-                      "   - prompt with length     150, lcp =      90, f_keep = 0.600, f_sim = 0.900",
-                      "   - prompt with length      80, lcp =      70, f_keep = 0.875, f_sim = 0.700",
-                      "   - prompt with length     200, lcp =      50, f_keep = 0.250, f_sim = 0.500",
-                      "   - prompt with length      40, lcp =      30, f_keep = 0.750, f_sim = 0.300",
-                      "   - prompt with length     300, lcp =      60, f_keep = 0.200, f_sim = 0.600",
+                      "   - prompt with length     150, lcp =      90, f_keep = 0.600, f_sim = "
+                      "0.900",
+                      "   - prompt with length      80, lcp =      70, f_keep = 0.875, f_sim = "
+                      "0.700",
+                      "   - prompt with length     200, lcp =      50, f_keep = 0.250, f_sim = "
+                      "0.500",
+                      "   - prompt with length      40, lcp =      30, f_keep = 0.750, f_sim = "
+                      "0.300",
+                      "   - prompt with length     300, lcp =      60, f_keep = 0.200, f_sim = "
+                      "0.600",
                       " - found better prompt with f_keep = 0.600, f_sim = 0.900"]
 cache_scores.image(res, rev, titles=["oldest first (the server's scan): 80 tokens win",
                                      "the same entries, newest first: 150 tokens win"])"""),
@@ -150,14 +171,17 @@ server's `prompt_save`), and a 4 MiB budget holds two of these 1.796 MiB entries
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary
 eng = Engine("-np 1 -c 2048 --swa-full -sps 0 --cache-ram 4")
-doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is filed on shelf {i % 5}." for i in range(n))
+doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is filed on shelf {i % 5}."
+                                for i in range(n))
 rs = [ask(eng, doc(t, 6), 2) for t in ("orchards", "glaciers", "quarries")]
 for x in rs:
     print(summary(x))
 before = [(e["id"], e["n_tokens"], e["head"]) for e in eng.cache_json()["entries"]]
 print(before)
-assert [(x["timings"]["cache_n"], x["timings"]["prompt_n"], x["tokens_evaluated"], x["tokens_cached"])
-        for x in rs] == [(0, 101, 101, 102), (5, 96, 101, 102), (5, 96, 101, 102)]  # they share 5 tokens
+assert [(x["timings"]["cache_n"], x["timings"]["prompt_n"], x["tokens_evaluated"],
+         x["tokens_cached"])
+        # they share 5 tokens
+        for x in rs] == [(0, 101, 101, 102), (5, 96, 101, 102), (5, 96, 101, 102)]
 assert before == [(0, 102, "Note 0 on orchards: item "), (1, 102, "Note 0 on glaciers: item ")]
 assert [round(e["size"] / MIB, 3) for e in eng.cache_json()["entries"]] == [1.796, 1.796]"""),
     md("""Now the glaciers document again, with a question. The slot holds quarries, so the server saves it
@@ -173,7 +197,8 @@ for e in eng.events.log[n0:]:
 after = [(e["id"], e["n_tokens"], e["head"]) for e in eng.cache_json()["entries"]]
 print(after)
 msgs = [e.message for e in eng.events.log[n0:]]
-assert r["timings"]["cache_n"] == 101 and r["timings"]["prompt_n"] == 2     # glaciers came back from RAM
+# glaciers came back from RAM
+assert r["timings"]["cache_n"] == 101 and r["timings"]["prompt_n"] == 2
 assert r["tokens_evaluated"] == 103 and r["tokens_cached"] == 104
 assert " - cache state: 1 prompts, 1.796 MiB (limits: 4.000 MiB, 2048 tokens, 2048 est)" in msgs
 assert " - making room for prompt cache entry, removing oldest entry (size = 1.796 MiB)" in msgs

@@ -37,13 +37,17 @@ from slotlab.lab import ask, summary, action, hexdump
 from slotlab.figures import slot_file
 
 d = Path(tempfile.mkdtemp())
-eng = Engine(f"-np 2 -c 4096 --slot-save-path {d} --slot-appendices")   # default flags + the opt-in appendix
-prompt = " ".join(f"Entry {i} of the lighthouse log: fog at dawn, clear by noon." for i in range(12))
+# default flags + the opt-in appendix
+eng = Engine(f"-np 2 -c 4096 --slot-save-path {d} --slot-appendices")
+prompt = " ".join(f"Entry {i} of the lighthouse log: fog at dawn, clear by noon."
+                  for i in range(12))
 r0 = ask(eng, prompt, 3, id_slot=0); print(summary(r0))
 status, reply = action(eng, "save", 0, "log.bin"); print(status, reply)
-assert (r0["timings"]["cache_n"], r0["timings"]["prompt_n"], r0["tokens_evaluated"], r0["tokens_cached"]) == \\
+assert (r0["timings"]["cache_n"], r0["timings"]["prompt_n"], r0["tokens_evaluated"],
+        r0["tokens_cached"]) == \\
     (0, 195, 195, 197)
-assert status == 200 and reply["n_saved"] == len(eng.slots[0].tokens) == 197 and reply["n_written"] == 3637120"""),
+assert (status == 200 and reply["n_saved"] == len(eng.slots[0].tokens) == 197
+        and reply["n_written"] == 3637120)"""),
     md("""## The file, byte by byte
 The magic is `LLAMA_STATE_SEQ_MAGIC` = `0x67677371`, which `llama.h` calls 'ggsq': read as a number,
 most significant byte first, its four bytes are the ASCII codes of `g g s q` (0x67 0x67 0x73 0x71).
@@ -82,19 +86,23 @@ this 191-token checkpoint is entirely inside the window, so per cell it holds 15
 layers. The body grows with every token of the conversation; a checkpoint is bounded by the window."""),
     code("""from slotlab.memory.profile import ModelProfile, row_size
 prof = ModelProfile.from_gguf(eng.model.path)
-kv = lambda layers: sum(row_size("f16", prof.n_embd_k_gqa(il)) + row_size("f16", prof.n_embd_v_gqa(il)) for il in layers)
+kv = lambda layers: sum(row_size("f16", prof.n_embd_k_gqa(il)) + row_size("f16",
+    prof.n_embd_v_gqa(il)) for il in layers)
 ck = eng.slots[0].checkpoints[0]
 n_ck = struct.unpack_from("<I", raw, body + 8)[0]
 print(f"body:     {body:,} bytes; {len(eng.slots[0].tokens)} cells x {len(prof.layers())} layers x "
       f"{kv([0]):,} bytes of K+V = {len(eng.slots[0].tokens) * kv(prof.layers()):,}")
 print(f"appendix: {len(raw) - body:,} bytes; {n_ck} checkpoint, pos {ck.pos_min}..{ck.pos_max}: "
-      f"{ck.pos_max - ck.pos_min + 1} cells x {len(prof.layers(swa=True))} SWA layers x {kv([0]):,} bytes "
+      f"{ck.pos_max - ck.pos_min + 1} cells x {len(prof.layers(swa=True))} SWA layers x "
+      f"{kv([0]):,} bytes "
       f"= {(ck.pos_max - ck.pos_min + 1) * kv(prof.layers(swa=True)):,}")
 # the rest of each is cell metadata (positions, sequence ids) and per-layer headers
 assert body == 3637120 and len(raw) - body == 2936492 and n_ck == len(eng.slots[0].checkpoints) == 1
 assert len(prof.layers()) == 18 and len(prof.layers(swa=True)) == 15 and prof.n_swa == 512
-assert (ck.pos_min, ck.pos_max, ck.n_tokens, ck.size()) == (0, 190, 191, 2936440) and kv([0]) == 1024
-assert len(eng.slots[0].tokens) == 197 and len(eng.slots[0].tokens) * kv(prof.layers()) == 3_631_104 <= body
+assert ((ck.pos_min, ck.pos_max, ck.n_tokens, ck.size()) == (0, 190, 191, 2936440)
+        and kv([0]) == 1024)
+assert (len(eng.slots[0].tokens) == 197
+        and len(eng.slots[0].tokens) * kv(prof.layers()) == 3_631_104 <= body)
 assert (ck.pos_max - ck.pos_min + 1) * kv(prof.layers(swa=True)) == 2_933_760 <= ck.size()"""),
     md("""## Erase, restore, and the next request reuses the restored tokens
 Erase empties the slot; restore reads the file back (here with the appendix's checkpoint); the follow-up
@@ -104,8 +112,10 @@ restored = action(eng, "restore", 0, "log.bin"); print(restored)
 print("checkpoints restored from the appendix:", len(eng.slots[0].checkpoints))
 r = ask(eng, prompt + " Any storms?", 3, id_slot=0); print(summary(r))
 assert erased == (200, {"id_slot": 0, "n_erased": 197})
-assert restored == (200, {"id_slot": 0, "filename": "log.bin", "n_restored": 197, "n_read": 3637120})
-assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"], r["tokens_cached"]) == \\
+assert (restored == (200,
+                     {"id_slot": 0, "filename": "log.bin", "n_restored": 197, "n_read": 3637120}))
+assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"],
+        r["tokens_cached"]) == \\
     (190, 8, 198, 200)"""),
     md("""Restoring into **another** slot works the same way (the file names no slot)."""),
     code("""status, rep = action(eng, "restore", 1, "log.bin"); print(status, rep)
@@ -142,9 +152,11 @@ simulate REC --why` on a recording does; the line says so). It counts `--swa-ful
 that act on it (`Miss.untested`, data), not `--checkpoint-min-step`, which only spaces the checkpoints
 taken at user messages (there are none without message delimiters)."""),
     code("""cache_n, prompt_n, bodies, lines, misses = {}, {}, {}, {}, {}
-for label, extra, fn in (("stock", "", "stock.bin"), ("appendix", " --slot-appendices", "appendix.bin")):
+for label, extra, fn in (("stock", "", "stock.bin"),
+                         ("appendix", " --slot-appendices", "appendix.bin")):
     # explanations are a view: attached, each miss's cause rides the event stream as request_miss
-    e = Engine(f"-np 1 -c 4096 --slot-save-path {d}" + extra, model=eng.model, observers=[explain.attach])
+    e = Engine(f"-np 1 -c 4096 --slot-save-path {d}" + extra, model=eng.model,
+               observers=[explain.attach])
     ask(e, prompt, 3)
     bodies[label] = action(e, "save", 0, fn)[1]["n_written"]
     action(e, "erase", 0); action(e, "restore", 0, fn)
@@ -152,7 +164,8 @@ for label, extra, fn in (("stock", "", "stock.bin"), ("appendix", " --slot-appen
     t = ask(e, prompt + " Any storms?", 3)["timings"]
     cache_n[label], prompt_n[label] = t["cache_n"], t["prompt_n"]
     ev = e.events.log[n0:]
-    lines[label] = [x.message for x in ev if x.kind in ("checkpoint_none", "checkpoint_check", "checkpoint_restored")]
+    lines[label] = [x.message for x in ev
+                    if x.kind in ("checkpoint_none", "checkpoint_check", "checkpoint_restored")]
     misses[label] = [x.message for x in ev if x.kind == "request_miss"]
     print(f"{label}: follow-up cache_n {cache_n[label]}, prompt_n {prompt_n[label]}")
     for m in lines[label]:
@@ -162,22 +175,32 @@ for label, extra, fn in (("stock", "", "stock.bin"), ("appendix", " --slot-appen
     e.close()
 assert cache_n == {"stock": 0, "appendix": 190} and prompt_n == {"stock": 198, "appendix": 8}
 assert bodies == {"stock": 3637112, "appendix": 3637112}
-assert lines["stock"] == ["forcing full prompt re-processing due to lack of cache data (likely due to SWA or "
-                          "hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194"
+assert lines["stock"] == ["forcing full prompt re-processing due to lack of cache data (likely due "
+                          "to SWA or "
+                          "hybrid/recurrent memory, see "
+                          "https://github.com/ggml-org/llama.cpp/pull/13194"
                           "#issuecomment-2868343055)"]
 assert lines["appendix"] == ["checking checkpoint with [0, 190] against 0...",
-                             "restored context checkpoint (pos_min = 0, pos_max = 190, n_tokens = 191, "
+                             "restored context checkpoint (pos_min = 0, pos_max = 190, n_tokens = "
+                             "191, "
                              "n_past = 190, size = 2.800 MiB)"]
-assert "195 of 195 reusable tokens lost" in misses["stock"][0] and "cut back to 195 (pos_min 0 >= 0)" in misses["stock"][0]
-assert misses["stock"][0].endswith(explain.NOT_TESTED)   # live: nothing replayed, so no flag is advice
-assert "5 of 195 reusable tokens lost" in misses["appendix"][0] and "ends at 190" in misses["appendix"][0]
-assert "checkpoint-min-step" not in misses["appendix"][0]   # no message delimiters here: -cms cannot act"""),
+assert ("195 of 195 reusable tokens lost" in misses["stock"][0]
+        and "cut back to 195 (pos_min 0 >= 0)" in misses["stock"][0])
+# live: nothing replayed, so no flag is advice
+assert misses["stock"][0].endswith(explain.NOT_TESTED)
+assert ("5 of 195 reusable tokens lost" in misses["appendix"][0]
+        and "ends at 190" in misses["appendix"][0])
+# no message delimiters here: -cms cannot act
+assert "checkpoint-min-step" not in misses["appendix"][0]"""),
     md("""Both bodies are the same size; the second file carries the checkpoint after it. The two files as the
 parser reads them (`slot_file.sections`): header, tokens, state, then the SCKP block and its checkpoint."""),
     code("""secs = {k: slot_file.sections(d / f"{k}.bin", bodies[k]) for k in ("stock", "appendix")}
-assert [(s.kind, s.size) for s in secs["stock"]] == [("header", 12), ("tokens", 804), ("state", 3636296)]
-assert [(s.kind, s.size) for s in secs["appendix"]] == [("header", 12), ("tokens", 804), ("state", 3636296),
-                                                         ("SCKP header", 12), ("checkpoint", 2936476)]
+assert ([(s.kind, s.size) for s in secs["stock"]] == [("header", 12), ("tokens", 804),
+    ("state", 3636296)])
+assert [(s.kind, s.size) for s in secs["appendix"]] == [("header", 12), ("tokens", 804),
+    ("state", 3636296),
+                                                         ("SCKP header", 12),
+                                                             ("checkpoint", 2936476)]
 slot_file.image([(f"stock file (what llama-server writes): follow-up cache_n {cache_n['stock']}",
                   d / "stock.bin", bodies["stock"]),
                  (f"with --slot-appendices: follow-up cache_n {cache_n['appendix']}",
@@ -203,9 +226,12 @@ for slot, name in ((0, "missing.bin"), (1, "cut.bin")):
     status, rep = action(eng, "restore", slot, name)
     print(f"restore {name!r} into slot {slot}: {status} {rep['error']['message']!r}; "
           f"the slot held {held} tokens, now {len(eng.slots[slot].tokens)}")
-    assert held == 200 and status == 400 and len(eng.slots[slot].tokens) == 0 and not eng.slots[slot].checkpoints
-    assert rep["error"]["message"] == "Unable to restore slot: No available space in KV cache or invalid slot save file"
-other = Engine(f"-np 2 -kvu -c 4096 --slot-save-path {d}", model=eng.model)   # unified: another layout
+    assert (held == 200 and status == 400 and len(eng.slots[slot].tokens) == 0
+            and not eng.slots[slot].checkpoints)
+    assert (rep["error"]["message"] == "Unable to restore slot: No available space in KV cache or "
+            "invalid slot save file")
+# unified: another layout
+other = Engine(f"-np 2 -kvu -c 4096 --slot-save-path {d}", model=eng.model)
 status, rep = action(other, "restore", 0, "log.bin"); print("other layout:", status, rep)
 assert status == 400
 other.close()"""),

@@ -28,12 +28,14 @@ for e in eng.events.filter(["cache_reuse_shift"]):
     print(e.message)
 shifts = eng.slots[0].shifts
 assert (r0["timings"]["prompt_n"], r0["tokens_evaluated"], r0["tokens_cached"]) == (411, 411, 412)
-assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"], r["tokens_cached"]) == (320, 1, 321, 322)
+assert (r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_evaluated"],
+        r["tokens_cached"]) == (320, 1, 321, 322)
 assert shifts == [(181, 411, 91, 321)]
 (a, b, c, d), = shifts
 old, new = eng.tokenize(f"{A} {B} {C}"), eng.tokenize(f"{A} {C}")
 assert list(old[a:b]) == list(new[c:d]) and b - a == d - c == 230   # the same 230 tokens (C), moved
-assert d == len(new) and a - c == len(old) - len(new)        # C ends the prompt; it moved down by B's length"""),
+# C ends the prompt; it moved down by B's length
+assert d == len(new) and a - c == len(old) - len(new)"""),
     md("""`cache_n` now counts the common prefix **and** the shifted chunk: only the tokens after it are
 prefilled. The strip below shows the slot before the request and the new prompt. The common prefix
 `[0, 91)` (`A`) is kept. The cells `[91, 181)` (`B`) are removed with `seq_rm`. The chunk `[181, 411)`
@@ -44,15 +46,20 @@ always goes to lower positions, because the prompt cursor never passes the cache
     code("""from slotlab.figures import token_strip
 from slotlab.figures.checkpoints import rewind
 p = rewind(eng, 1)
-print(f"slot held {p.n_held}, common prefix {p.lcp}, shifts {p.shifts}, n_past {p.n_past} of {p.n_prompt}")
-assert (p.n_held, p.lcp, p.shifts, p.n_past, p.n_prompt) == (412, 91, [(181, 411, 91, 321)], 320, 321)
-assert token_strip.segments(p) == ([(0, 91, "kept"), (91, 181, "dropped"), (181, 411, "chunk"), (411, 412, "dropped")],
+print(f"slot held {p.n_held}, common prefix {p.lcp}, shifts {p.shifts}, n_past {p.n_past} of "
+      f"{p.n_prompt}")
+assert (p.n_held, p.lcp, p.shifts, p.n_past, p.n_prompt) == (412, 91, [(181, 411, 91, 321)], 320,
+    321)
+assert token_strip.segments(p) == ([(0, 91, "kept"), (91, 181, "dropped"), (181, 411, "chunk"),
+                                    (411, 412, "dropped")],
                                    [(0, 91, "kept"), (91, 320, "shifted"), (320, 321, "prefill")])
-token_strip.figure(eng, 1, title="AAABCCCC -> AAACCCC: A kept, B dropped, C shifted 90 positions down")"""),
+token_strip.figure(eng, 1,
+                   title="AAABCCCC -> AAACCCC: A kept, B dropped, C shifted 90 positions down")"""),
     md("""## Why Gemma 3 needs `--swa-full`
 Gemma 3 uses sliding-window attention (a 512-token window on 270M, the model here, and 1B; 1,024 on
 4B, 12B and 27B). Without `--swa-full` its window cache holds `n_swa` cells a slot plus a batch (here
-512 + 512), fewer than the full-attention cache, so it cannot be shifted (`llama_memory_can_shift` is false). The server checks
+512 + 512), fewer than the full-attention cache, so it cannot be shifted (`llama_memory_can_shift`
+is false). The server checks
 that **once, at load**: `--cache-reuse N` on a context that cannot shift is switched off with a
 warning (`server-context.cpp`, `load_model`: `cache_reuse is not supported by this context, it will be
 disabled`), so requests get `n_cache_reuse` 0 by default. Only a request that sets `n_cache_reuse`
@@ -60,7 +67,8 @@ itself meets the second, per-request warning. Both, on slotlab's engine with the
     code("""eng2 = Engine("-np 1 -c 4096 --cache-reuse 16", model=eng.model)
 print("can_shift:", eng2.ctx.can_shift)
 print("at load:", [e.message for e in eng2.events.log if e.kind == "params"])
-ask(eng2, f"{A} {B} {C}", 2)                                      # task 0: n_cache_reuse from the server: 0
+# task 0: n_cache_reuse from the server: 0
+ask(eng2, f"{A} {B} {C}", 2)
 r2 = ask(eng2, f"{A} {C}", 2, n_cache_reuse=16); print(summary(r2))  # task 1 asks for reuse itself
 unsupported = [(e.task, e.message) for e in eng2.events.log if e.kind == "cache_reuse_unsupported"]
 print("per request:", unsupported)
@@ -68,8 +76,10 @@ assert not eng2.ctx.can_shift and not eng2.slots[0].shifts
 assert [e.message for e in eng2.events.log if e.kind == "params"] == \\
     ["cache_reuse is not supported by this context, it will be disabled"]
 assert eng2.tasks[0].params.n_cache_reuse == 0 and eng2.tasks[1].params.n_cache_reuse == 16
-assert unsupported == [(1, "cache reuse is not supported - ignoring n_cache_reuse = 16")]   # task 0 asked for none
-assert (r2["timings"]["cache_n"], r2["timings"]["prompt_n"], r2["tokens_evaluated"], r2["tokens_cached"]) == (0, 321, 321, 322)"""),
+# task 0 asked for none
+assert unsupported == [(1, "cache reuse is not supported - ignoring n_cache_reuse = 16")]
+assert (r2["timings"]["cache_n"], r2["timings"]["prompt_n"], r2["tokens_evaluated"],
+        r2["tokens_cached"]) == (0, 321, 321, 322)"""),
     md("""`cache_n` is 0: not even the 91 tokens of `A`, which the prompt shares at the start, are reused.
 Skipping the shift does not explain that. The cause is the [checkpoint rule](01-tour.ipynb#The-checkpoint-rule)
 of notebook 01. Keeping `A` means cutting the slot back to `pos_next` 91. With `n_swa` 512 the
@@ -103,7 +113,8 @@ Same two requests with and without `--cache-reuse`, on `--swa-full`:"""),
 ask(eng3, f"{A} {B} {C}", 2)
 r3 = ask(eng3, f"{A} {C}", 2)
 saved = r3["timings"]["prompt_n"] - r["timings"]["prompt_n"]
-print(f"prefill without reuse: {r3['timings']['prompt_n']} tokens, with reuse: {r['timings']['prompt_n']} -> {saved} tokens saved")
+print(f"prefill without reuse: {r3['timings']['prompt_n']} tokens, with reuse: "
+      f"{r['timings']['prompt_n']} -> {saved} tokens saved")
 assert r3["timings"]["cache_n"] == 91 and r3["timings"]["prompt_n"] == 230 and saved == 229"""),
     md("""## Try this
 1. Insert a chunk instead of deleting one (`A C` then `A B C`): nothing can be shifted up.

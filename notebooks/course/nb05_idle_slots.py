@@ -32,7 +32,8 @@ Three conversations, two slots, then the first conversation's next turn:"""),
     code("""from slotlab.engine.scheduler import Engine
 from slotlab.lab import ask, summary, why
 from slotlab.figures.migration import migration_image, migrations, timeline
-doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is on shelf {i % 5}." for i in range(n))
+doc = lambda topic, n: " ".join(f"Note {i} on {topic}: item {i*7} is on shelf {i % 5}."
+                                for i in range(n))
 prompts = [doc("rivers", 6), doc("caves", 6), doc("lakes", 6), doc("rivers", 6) + " More?"]
 names = {0: "rivers", 1: "caves", 2: "lakes"}  # task id -> conversation, for the picture
 uni = Engine("-np 2 -kvu -c 4096 --swa-full")
@@ -47,8 +48,9 @@ print("migrations (conversation, from slot, RAM entry, to slot):", moves)
 assert [r["id_slot"] for r in res] == [1, 0, 1, 0]
 assert [(r["timings"]["cache_n"], r["timings"]["prompt_n"], r["tokens_cached"]) for r in res] == [
     (0, 95, 97), (0, 95, 97), (0, 95, 97), (95, 2, 99)]
-assert "RAM entry #0 restored (f_keep 0.98, f_sim 0.98 beat baseline -1.00); 95 tokens reused" in why(uni, 1)
-assert log == ["clearing prompt with 97 tokens"] * 2 + [" - found better prompt with f_keep = 0.979, f_sim = 0.979",
+assert ("RAM entry #0 restored (f_keep 0.98, f_sim 0.98 beat baseline -1.00); 95 tokens reused" in why(uni, 1))
+assert log == ["clearing prompt with 97 tokens"] * 2 + [" - found better prompt with f_keep = "
+    "0.979, f_sim = 0.979",
                                                       "clearing prompt with 97 tokens"]
 assert moves == [("rivers", 1, 0, 0)]"""),
     md("""What happened, launch by launch (the picture below draws it from the same events):
@@ -62,7 +64,9 @@ assert moves == [("rivers", 1, 0, 0)]"""),
    beats it on both axes (`found better prompt with f_keep = 0.979, f_sim = 0.979`): it is restored into
    **slot 0** and removed from the cache. 95 of the 97 prompt tokens are reused, in another slot than
    the one the conversation started in."""),
-    code("""migration_image(uni, names, title="unified KV (-np 2 -kvu): rivers moves from slot 1 to slot 0 through RAM entry #0")"""),
+    code("""migration_image(uni, names,
+                title="unified KV (-np 2 -kvu): rivers moves from slot 1 to slot 0 through RAM "
+                "entry #0")"""),
     md("""## Not unified: idle slots are kept *and* copied
 The same four requests with separate KV per slot (`-np 2` alone), and then with `--cache-ram 0`:"""),
     code("""sep = Engine("-np 2 -c 4096 --swa-full", model=uni.model)
@@ -88,7 +92,8 @@ assert out["-np 2 --cache-ram 0"] == ([1, 0, 1, 0], [0, 0, 5, 5], 0, [], [99, 97
 With separate slots a conversation stays in its slot only as long as no other request is sent there:
 when no slot's similarity is above `-sps`, LRU sends the new request to the slot released longest ago,
 whoever it belonged to (notebook 07 shows it on a multi-user trace)."""),
-    code("""migration_image(sep, names, title="not unified (-np 2): idle slots are copied to the RAM cache and kept")"""),
+    code("""migration_image(sep, names,
+                title="not unified (-np 2): idle slots are copied to the RAM cache and kept")"""),
     md("""## KV pressure: `try_clear_idle_slots` and the retry line
 In a unified pool a decode can fail for lack of free cells even though the slot is under its `n_ctx`.
 The server then purges the first idle slot that holds tokens (not saved to the RAM cache!) and retries;
@@ -103,8 +108,10 @@ for e in lines:
     print(e.message)
 assert (r1["id_slot"], r1["timings"]["prompt_n"], r1["tokens_cached"]) == (1, 694, 695)
 assert (r2["id_slot"], r2["timings"]["prompt_n"], r2["tokens_cached"]) == (0, 468, 469)
-n_pool = tight.ctx.n_ctx   # the unified pool: volcanoes' cells plus beekeeping's prompt do not fit in it
-assert r1["tokens_cached"] + r2["timings"]["prompt_n"] > n_pool >= max(r1["tokens_cached"], r2["tokens_cached"])
+# the unified pool: volcanoes' cells plus beekeeping's prompt do not fit in it
+n_pool = tight.ctx.n_ctx
+assert (r1["tokens_cached"] + r2["timings"]["prompt_n"] > n_pool >= max(r1["tokens_cached"],
+    r2["tokens_cached"]))
 assert [e.kind for e in lines] == ["slot_purge", "decode_retry"]
 assert lines[0].data["id_slot"] == 1 and lines[0].data["n_tokens"] == 695
 assert lines[1].data["n_batch"] == 512 and lines[1].data["off"] == 0 and lines[1].data["ret"] == 1

@@ -35,12 +35,14 @@ TINY = ROOT / "tests" / "golden" / "traces_tiny"
 
 def trace(name):
     t = load_trace(TINY / f"{name}.json")
-    t.flags = [str(ROOT / f) if f.endswith(".gguf") else f for f in t.flags]  # the model, from any directory
+    # the model, from any directory
+    t.flags = [str(ROOT / f) if f.endswith(".gguf") else f for f in t.flags]
     return t
 
 eng = Engine(trace("hybrid_agent_loop").flags)
 info = eng.memory.info
-print(f"seq_rm {info.seq_rm_type}, can_shift {info.can_shift}, checkpoints needed: {info.needs_checkpoints}")
+print(f"seq_rm {info.seq_rm_type}, can_shift {info.can_shift}, checkpoints needed: "
+      f"{info.needs_checkpoints}")
 assert info.seq_rm_type == "FULL" and info.needs_checkpoints and not info.can_shift
 eng.close()"""),
     md("""`can_shift` is false not because of the recurrent layers (a recurrent state shifts trivially:
@@ -62,7 +64,8 @@ print("\\n".join(d1.lines()))
 causes = {m.cause for _, m in d1.misses}
 assert causes == {"checkpoint_early"} and len(d1.misses) == 6
 assert all(m.lost == 4 for _, m in d1.misses)
-assert [(m.possible, m.n_past) for _, m in d1.misses] == [(44, 40), (65, 61), (86, 82), (107, 103), (124, 120), (136, 132)]
+assert ([(m.possible, m.n_past) for _, m in d1.misses] == [(44, 40), (65, 61), (86, 82), (107, 103),
+    (124, 120), (136, 132)])
 assert d1.lost_by_cause == {"checkpoint_early": 24}
 assert all(c.saved <= 0 for cs in d1.tried.values() for c in cs)   # no flag saves it"""),
     md("""Drawn against each turn's prompt: blue is what the server reused (`n_past`, its `cache_n`: up to the
@@ -74,22 +77,26 @@ not grow with the conversation: it is the checkpoint's distance from the prompt'
     code("""from slotlab.figures import misses as miss_figure, png
 
 ms = [m for _, m in d1.misses]
-assert [m.possible for m in ms[1:]] == [m.n_prompt for m in ms[:-1]]   # diverges where the reply began
+# diverges where the reply began
+assert [m.possible for m in ms[1:]] == [m.n_prompt for m in ms[:-1]]
 fig = miss_figure.requests_figure(d1.misses, title="hybrid_agent_loop: each turn's prompt tokens "
                                   "(the prompt tail lost; the reply replaced by the client)")
 bars = fig.axes[0].patches                                  # per row: reused, lost, new
 assert [b.get_width() for b in bars[1::3]] == [m.possible - m.n_past for m in ms]
-assert [b.get_x() for b in bars[2::3]] == [m.possible for m in ms]   # the new turn starts at the reply
+# the new turn starts at the reply
+assert [b.get_x() for b in bars[2::3]] == [m.possible for m in ms]
 png.image(fig)"""),
     md("""## 2. A client that rewrites a header early in the system prompt
 A timestamp or billing header near the top of the prompt changes every turn. The prompt diverges a few
 tokens in; every checkpoint lies after that point, so the whole prompt is processed again. More
 checkpoints do not help (tried below); keeping the first tokens stable does."""),
-    code("""# not asserted: the prompt / held texts and the checkpoint lists of each line (the causes and counts are)
+    code("""# not asserted: the prompt / held texts and the checkpoint lists of each line (the causes and
+# counts are)
 d2 = diagnose_trace(trace("hybrid_changing_header"), max_misses=2)
 print("\\n".join(d2.lines()))
 assert [(m.cause, m.possible, m.n_past) for _, m in d2.misses] == [
-    ("no_checkpoint", 6, 0), ("no_checkpoint", 6, 0), ("threshold", 6, 0), ("checkpoint_early", 70, 66)]
+    ("no_checkpoint", 6, 0), ("no_checkpoint", 6, 0), ("threshold", 6, 0),
+        ("checkpoint_early", 70, 66)]
 assert d2.lost_by_cause == {"no_checkpoint": 12, "threshold": 6, "checkpoint_early": 4}
 assert "checkpoints at n_tokens [25, 30]" in d2.misses[0][1].detail
 assert "checkpoints at n_tokens [25, 37, 42]" in d2.misses[1][1].detail
@@ -112,13 +119,16 @@ capped = [(i, m) for i, m in d3.misses if m.cause == "no_checkpoint"]
 assert capped and "erased by the --ctx-checkpoints cap" in capped[0][1].detail
 assert "checkpoints at n_tokens [106, 107]; 7 erased" in capped[0][1].detail
 assert "checkpoints at n_tokens [56, 59]; 10 erased" in capped[1][1].detail
-assert capped[0][1].suggest[0] == "--ctx-checkpoints 32"   # best first; a cap of 4 and -cms 0 saved nothing
+# best first; a cap of 4 and -cms 0 saved nothing
+assert capped[0][1].suggest[0] == "--ctx-checkpoints 32"
 assert {" ".join(c.flags): c.saved for c in d3.tried[capped[0][0]]} == {
     "--ctx-checkpoints 4": 0, "--ctx-checkpoints 32": 42, "--checkpoint-min-step 0": 0}
 assert "--ctx-checkpoints 4" not in capped[0][1].suggest
 assert "pos_min 113 >= 58" in capped[0][1].detail
-assert [(d3.best(i).flags, d3.best(i).cache_n) for i, _ in capped] == [(["--ctx-checkpoints", "32"], 42),
-                                                                      (["--ctx-checkpoints", "32"], 10)]
+assert [(d3.best(i).flags, d3.best(i).cache_n) for i,
+        _ in capped] == [(["--ctx-checkpoints", "32"], 42),
+                                                                      (["--ctx-checkpoints", "32"],
+                                                                          10)]
 print({c: n for c, n in d3.lost_by_cause.items()})
 assert d3.lost_by_cause == {"checkpoint_early": 1, "no_checkpoint": 84}"""),
     md("""Request #4 branches back to token 58 while the slot's recurrent state sits at position 113 (`pos_min`
@@ -127,7 +137,8 @@ after the branch point, so none can be restored and all 58 shared tokens are pro
 #5 the same at 26. With `--ctx-checkpoints 32` the earlier checkpoints are not erased, and the replay
 reuses 42 and 10 tokens. A cap of 4 and `--checkpoint-min-step 0` were tried too and saved nothing, so
 they are not suggested."""),
-    code("""png.image(miss_figure.requests_figure(d3.misses, title="hybrid_ctx_checkpoints_min_step: reused, lost, new"))"""),
+    code("""png.image(miss_figure.requests_figure(d3.misses,
+                                      title="hybrid_ctx_checkpoints_min_step: reused, lost, new"))"""),
     md("""The panel of the same trace replayed, after its last request (the picture the live panel draws):
 the slot holds two checkpoints — the cap — and the checkpoint marks show the earlier ones created
 (green) and erased (red crosses) as the conversation went on; the last request, which branched back to
@@ -137,12 +148,16 @@ from slotlab.panel.static import panel_image
 
 out = replay(trace("hybrid_ctx_checkpoints_min_step"))
 st = PanelState.from_bus(out["engine"].events)
-assert [(a, b) for a, b, *_ in st.slots[0].checkpoints] == [(23, 23), (26, 26)]   # --ctx-checkpoints 2
+# --ctx-checkpoints 2
+assert [(a, b) for a, b, *_ in st.slots[0].checkpoints] == [(23, 23), (26, 26)]
 assert {k for _, _, k, *_ in st.ckpt_marks} >= {"created", "evict"}
 assert st.slots[0].prov[0][:2] == (0, st.slots[0].n_prompt) and st.slots[0].prov[0][2] == "prefill"
-erased = [(e.data["reason"], e.data["n_tokens"]) for e in out["engine"].events.log if e.kind == "checkpoint_evict"]
-assert [n for r, n in erased if r == "too_close"] == [42, 74, 106]   # within -cms 24 of the previous kept one
-assert sum(r == "fifo" for r, _ in erased) == 11                     # then the oldest, as the real server did
+erased = [(e.data["reason"], e.data["n_tokens"]) for e in out["engine"].events.log
+          if e.kind == "checkpoint_evict"]
+# within -cms 24 of the previous kept one
+assert [n for r, n in erased if r == "too_close"] == [42, 74, 106]
+# then the oldest, as the real server did
+assert sum(r == "fifo" for r, _ in erased) == 11
 display(panel_image(st))
 out["engine"].close()"""),
     md("""## Reading your own server

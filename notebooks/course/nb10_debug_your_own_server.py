@@ -62,7 +62,8 @@ def explain(name):
 
 def lines_of(events, task, kinds=None):
     \"\"\"The server's own lines for one request (the reader keeps each line's text on its event).\"\"\"
-    return [e.message.strip() for e in events if e.task == task and e.message and (kinds is None or e.kind in kinds)]"""),
+    return [e.message.strip() for e in events if e.task == task and e.message
+            and (kinds is None or e.kind in kinds)]"""),
     md("""## 1. `threshold`: the slot that held the prompt was not similar enough
 `-sps 0.9` asks for 90 % of the prompt in common before a slot is chosen by similarity. Slot 1 held
 127 of the 211 tokens (f_sim 0.60): not enough, so the least recently used slot got the request and
@@ -73,8 +74,10 @@ server = lines_of(events, m.task, {"slot_sim", "slot_selected_by_lru", "prompt_s
 print("\\n".join(server))
 print("why:", m.line())
 assert server[0] == "- checking sim = 0.602 (127/211) > 0.900"
-assert m.cause == "threshold" and (m.possible, m.lost) == (127, 127) and m.untested[0] == "-sps 0.59"
-assert "try -sps" not in m.line() and NOT_TESTED in m.line()   # a log tests nothing: no flag is advice
+assert (m.cause == "threshold" and (m.possible, m.lost) == (127, 127)
+        and m.untested[0] == "-sps 0.59")
+# a log tests nothing: no flag is advice
+assert "try -sps" not in m.line() and NOT_TESTED in m.line()
 assert "f_sim 0.60, not above -sps 0.90" in m.detail"""),
     md("""## 2. `floor` and `two_axis`: the RAM cache held it, the search passed it by
 The search keeps an entry only if its `f_keep` (share of the entry reused) is at least 0.25 and it
@@ -84,16 +87,20 @@ f_sim 0.90) loses to an earlier one with a higher f_keep but only 111 tokens in 
     code("""events, found, lost = explain("two_axis_order_ab")
 server = {}
 for i, m in found:
-    server[i] = lines_of(events, m.task, {"cache_load_base", "cache_load_score", "cache_load_found"})
+    server[i] = lines_of(events, m.task,
+                         {"cache_load_base", "cache_load_score", "cache_load_found"})
     print(f"request #{i}:")
     print("   " + "\\n   ".join(server[i]))
     print("   why:", m.line())
 assert server[2] == ["- looking for better prompt, base f_keep = -1.000, f_sim = 0.000",
                      "- prompt with length     150, lcp =       7, f_keep = 0.047, f_sim = 0.108"]
-assert server[3][1:] == ["- prompt with length     150, lcp =     111, f_keep = 0.740, f_sim = 0.563",
-                         "- prompt with length     630, lcp =     177, f_keep = 0.281, f_sim = 0.898",
+assert server[3][1:] == ["- prompt with length     150, lcp =     111, f_keep = 0.740, f_sim = "
+                         "0.563",
+                         "- prompt with length     630, lcp =     177, f_keep = 0.281, f_sim = "
+                         "0.898",
                          "- found better prompt with f_keep = 0.740, f_sim = 0.563"]
-assert "(f_keep 0.05 < 0.25)" in found[0][1].detail and "(f_keep 0.28, f_sim 0.90)" in found[1][1].detail
+assert ("(f_keep 0.05 < 0.25)" in found[0][1].detail
+        and "(f_keep 0.28, f_sim 0.90)" in found[1][1].detail)
 causes = [m.cause for _, m in found]
 assert causes == ["floor", "two_axis"]
 assert found[0][1].lost == 7 and found[1][1].lost == 66 and lost == {"two_axis": 66, "floor": 7}"""),
@@ -108,17 +115,21 @@ checkpoint that ends 5 tokens short of the divergence: those 5 are processed aga
 server = {}
 for i, m in found:
     server[i] = [ln[:140] for ln in lines_of(events, m.task, {"checkpoint_check", "checkpoint_none",
-                                                              "checkpoint_restored", "checkpoint_evict"})]
+                                                              "checkpoint_restored",
+                                                                  "checkpoint_evict"})]
     print(f"request #{i}:")
     print("   " + "\\n   ".join(server[i]))
     print("   why:", m.line())
 (i3, m3), (i4, m4) = found
-assert (i3, m3.task, m3.cause, m3.lost) == (3, 15, "no_checkpoint", 209) and "checkpoints at n_tokens [562, 1032]" in m3.detail
+assert ((i3, m3.task, m3.cause, m3.lost) == (3, 15, "no_checkpoint", 209)
+        and "checkpoints at n_tokens [562, 1032]" in m3.detail)
 assert (i4, m4.task, m4.cause, m4.possible, m4.lost) == (4, 20, "checkpoint_early", 212, 5)
-assert server[3][:2] == ["checking checkpoint with [62, 1031] against 0...", "checking checkpoint with [0, 561] against 0..."]
+assert (server[3][:2] == ["checking checkpoint with [62, 1031] against 0...",
+                          "checking checkpoint with [0, 561] against 0..."])
 assert "(pos_min = 0, pos_max = 561, n_tokens = 562, n_swa = 512, pos_next = 0," in server[3][3]
 assert "(pos_min = 62, pos_max = 1031, n_tokens = 1032, n_swa = 512, pos_next = 0," in server[3][4]
-assert server[4][1].startswith("restored context checkpoint (pos_min = 0, pos_max = 207, n_tokens = 208, n_past = 207,")"""),
+assert (server[4][1].startswith("restored context checkpoint (pos_min = 0, pos_max = 207, n_tokens "
+                                "= 208, n_past = 207,"))"""),
     md("""The two misses against their prompts: request #3 reused nothing of the 209 tokens it shared with the
 slot, request #4 reused up to the restored checkpoint (`n_past` 207) and lost the 5 tokens after it.
 The second picture is the panel folded from this log alone (`PanelState.rebuild(events)`: the same
@@ -128,7 +139,8 @@ figure the live panel draws when `slotlab watch` feeds it), after request #4: th
 from slotlab.panel.state import PanelState
 from slotlab.panel.static import panel_image
 
-display(png.image(miss_figure.requests_figure(found, title="swa_checkpoints_diverge.llama-server.log")))
+display(png.image(miss_figure.requests_figure(found,
+                                              title="swa_checkpoints_diverge.llama-server.log")))
 st = PanelState.rebuild(events)
 kinds = {k: (a, b) for a, b, k in st.slots[0].prov}
 assert kinds["checkpoint"] == (0, 207) and st.slots[0].divergence == 212
@@ -151,14 +163,17 @@ for log in sorted(LOGS.glob("*.llama-server.log")):
 n_logs = len(list(LOGS.glob("*.llama-server.log")))
 print(f"{n_logs} llama-server logs")
 for cause, n in total.most_common():
-    print(f"{cause:18} {n:6} tokens lost  in {len(set(per_cause[cause]))} logs, e.g. {per_cause[cause][0]}")
+    print(f"{cause:18} {n:6} tokens lost  in {len(set(per_cause[cause]))} logs, "
+          f"e.g. {per_cause[cause][0]}")
 assert n_logs == 31
 assert len(total) >= 4 and set(total) == {"no_checkpoint", "threshold", "checkpoint_early", "floor", "two_axis"}
 assert dict(total) == {"no_checkpoint": 5383, "checkpoint_early": 637, "threshold": 196, "two_axis": 66, "floor": 21}
 assert total.most_common(1)[0][0] == "no_checkpoint\""""),
     md("""As a picture (a log scale: `no_checkpoint` dwarfs the rest, yet each cause costs real requests):"""),
-    code("""png.image(miss_figure.by_cause_figure(dict(total), n_logs={c: len(set(v)) for c, v in per_cause.items()},
-                                      title=f"tokens lost by cause, the {n_logs} test-fixture llama-server logs (one scenario each)"))"""),
+    code("""png.image(miss_figure.by_cause_figure(dict(total),
+                                      n_logs={c: len(set(v)) for c, v in per_cause.items()},
+                                      title=f"tokens lost by cause, the {n_logs} test-fixture "
+                                      f"llama-server logs (one scenario each)"))"""),
     md("""## Your own server, step by step
 1. Run it with `-lv 4 --log-file server.log` (`-lv 3` hides the similarity, cache and checkpoint
    lines; the reader then says what it cannot see).
