@@ -523,7 +523,7 @@ starts with the template's header (`<|im_start|>system\\nYou ` is 10 tokens for 
 short unrelated prompt clears 0.10 on the header alone, and lands in the slot of the longest
 conversation around. Then `f_keep` (what the slot keeps, 10 of its thousands) is below 0.5, so the
 server saves that slot to the RAM cache before it overwrites it (1587-1589, then `prompt_save`,
-1626). Where Ana goes next depends on the RAM cache and on the slot's layout:"""),
+1628). Where Ana goes next depends on the RAM cache and on the slot's layout:"""),
     code("""d_eng = runs["defaults"][0]
 steals = []
 for t in range(1, 7, 2):                         # Ben's first three requests
@@ -576,7 +576,7 @@ is 34 bytes per 32 values, q4_0 18; `ggml` block sizes), and a quantized V needs
 (`-fa` auto, the default, gives it). Every size this chapter computed shrinks with it: the bytes a
 token, the slot's state, a window checkpoint, so a RAM-cache entry. One thing does not: a recurrent
 state, which llama.cpp keeps in f32 whatever `-ctk` says (`recurrent_type_r` / `_s`,
-llama-model.cpp:2483-2484 at the pin), so Qwen3.5's checkpoints stay 150 MiB. Sized by the paper
+llama-model.cpp:2483-2484 and 2725-2726 at the pin), so Qwen3.5's checkpoints stay 150 MiB. Sized by the paper
 memory (`-c 131072`, 4 unified slots): a conversation of 8,192 tokens and its entry with
 `--ctx-checkpoints 8` full, and how many such entries `--cache-ram 8192` holds:"""),
     code("""QT = ("f16", "q8_0", "q4_0")
