@@ -442,6 +442,9 @@ def cmd_whatif(argv: list[str]) -> int:
                                                      "peak RAM cache stays within it")
     ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="ttft_p50",
                     help="what 'best' minimizes (default ttft_p50)")
+    ap.add_argument("--ttft-target", type=float, metavar="SECONDS",
+                    help='with --vary "--fleet N1,N2,..": name the smallest fleet whose TTFT p99 meets this, with '
+                         "the best reuse at that size (the router)")
     ap.add_argument("--html", help="write a plotly figure of the grid here")
     ap.add_argument("--png", help="write the grid as a static picture (PNG) here")
     ap.add_argument("--json", action="store_true", help="print the runs as JSON")
@@ -487,8 +490,15 @@ def cmd_whatif(argv: list[str]) -> int:
     runs = run_grid(args.trace, base, varies, speed=speed, profile=args.profile, limit=args.limit,
                     time_scale=args.time_scale, jobs=args.jobs, progress=progress, scheduler=args.scheduler)
     pick = best(runs, args.budget_mib, args.objective)
+    fleet_pick = None
+    if args.ttft_target is not None:
+        from slotlab.sim.whatif import smallest_fleet
+
+        fleet_pick = smallest_fleet(runs, args.ttft_target)
     if args.json:
-        print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None}, indent=1))
+        print(json.dumps({"runs": [asdict(r) for r in runs], "best": pick.label if pick else None,
+                          **({"smallest_fleet": fleet_pick.label if fleet_pick else None}
+                             if args.ttft_target is not None else {})}, indent=1))
     else:
         print("\n".join(table_lines(runs)))
         what = OBJECTIVES[args.objective]
@@ -498,13 +508,23 @@ def cmd_whatif(argv: list[str]) -> int:
             within = "" if args.budget_mib is None else f" within {args.budget_mib:g} MiB of RAM cache"
             print(f"best{within} (lowest {what}): {pick.label} — {what} {pick.value(args.objective):,.2f}, "
                   f"peak RAM {pick.peak_cache_bytes / 2**20:.0f} MiB, reused {100 * pick.reuse:.1f} %")
+        if args.ttft_target is not None:
+            if fleet_pick is None:
+                print(f"smallest fleet: none of the fleet runs meets TTFT p99 <= {args.ttft_target:g} s"
+                      + ("" if any("fleet" in r.extra for r in runs) else ' (vary "--fleet N1,N2,..")'))
+            else:
+                f = fleet_pick.extra["fleet"]
+                print(f"smallest fleet with TTFT p99 <= {args.ttft_target:g} s: {f['servers']} server"
+                      f"{'s' if f['servers'] > 1 else ''} behind the {f['router']} router — TTFT p99 "
+                      f"{fleet_pick.ttft_p99:,.2f} s, reused {100 * fleet_pick.reuse:.1f} %")
     if args.html or args.png:
         from slotlab.figures.whatif import write_html, write_png
     if args.html:
         write_html(runs, args.html, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
         print(f"wrote {args.html}", file=sys.stderr)
     if args.png:
-        write_png(runs, args.png, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}")
+        write_png(runs, args.png, pick=pick, budget_mib=args.budget_mib, title=f"slotlab whatif {Path(args.trace).name}",
+                  ttft_target=args.ttft_target, fleet_pick=fleet_pick)
         print(f"wrote {args.png}", file=sys.stderr)
     return 0
 

@@ -13,7 +13,11 @@ All three take slotlab's own results, never numbers typed in:
 * `sweep(series, flag, metric=)`: reuse (or TTFT) against the values of one varied flag, one line per
   series of runs, with reference runs and the bound as horizontal lines.
 * `cache_over_time(timelines)`: the bytes the RAM cache held against simulated time (`whatif.
-  cache_timeline`), its `--cache-ram` limit, and each eviction marked by its reason."""
+  cache_timeline`), its `--cache-ram` limit, and each eviction marked by its reason.
+* `fleet_sweep(runs, ttft_target=, pick=)`: a grid over fleets (`--vary "--fleet 1,2,4" --vary "--router
+  ..."`): prompt tokens reused and TTFT p99 against the number of servers, one line per router; the
+  target as a horizontal line and the smallest fleet meeting it (`whatif.smallest_fleet`) circled.
+  `write_png` draws it when --fleet is varied."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from slotlab.figures import png
 
-__all__ = ["overview", "sweep", "cache_over_time", "labels_of", "write_html", "write_png"]
+__all__ = ["overview", "sweep", "cache_over_time", "fleet_sweep", "labels_of", "write_html", "write_png"]
 
 GIB = 2**30
 BLUE, RED, GREY = "#1f77b4", "#d62728", "#7f7f7f"
@@ -315,6 +319,73 @@ def write_html(runs: list, path, *, pick=None, budget_mib: float | None = None, 
     fig.write_html(str(path), include_plotlyjs="cdn")
 
 
-def write_png(runs: list, path, *, pick=None, budget_mib: float | None = None, title: str = "slotlab whatif") -> None:
-    """The grid as a static PNG (`overview`): the data `write_html` shows."""
-    Path(path).write_bytes(png.to_png(overview(runs, pick=pick, budget_mib=budget_mib, title=title)))
+def _fleet_of(run) -> tuple[int, str] | None:
+    f = run.extra.get("fleet") if isinstance(run.extra, dict) else None
+    return None if f is None else (int(f["servers"]), str(f["router"]))
+
+
+def is_fleet_sweep(runs) -> bool:
+    """True where the runs are fleets of more than one size (`--vary "--fleet ..."`)."""
+    sizes = {f[0] for f in map(_fleet_of, _runs(runs)) if f is not None}
+    return len(sizes) > 1
+
+
+def fleet_sweep(runs, *, ttft_target: float | None = None, pick=None, title: str | None = None):
+    """Two panels against the number of servers N (the runs of `--vary "--fleet ..."`, with or without
+    `--vary "--router ..."`): prompt tokens reused (% of the prompt) and TTFT p99 (log scale), one line
+    per router. `ttft_target` (seconds): a horizontal line on the TTFT panel; `pick` (`whatif.
+    smallest_fleet`) circled on both. Failed runs are left out."""
+    runs = [r for r in _runs(runs) if r.error is None and _fleet_of(r) is not None]
+    routers: dict[str, list] = {}
+    for r in runs:
+        routers.setdefault(_fleet_of(r)[1], []).append(r)
+    sizes = sorted({_fleet_of(r)[0] for r in runs})
+    fig, (a1, a2) = png.new(9.0, 3.2, ncols=2)
+    colors = [BLUE, "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
+    for k, (name, rs) in enumerate(routers.items()):
+        rs = sorted(rs, key=lambda r: _fleet_of(r)[0])
+        c = colors[k % len(colors)]
+        x = [_fleet_of(r)[0] for r in rs]
+        a1.plot(x, [100 * r.reuse for r in rs], "o-", color=c, label=name)
+        a2.plot(x, [r.ttft_p99 for r in rs], "o-", color=c, label=name)
+    failed = sorted({r.n_errors for r in runs})
+    if failed and failed[-1]:  # refused requests have no TTFT: said once, not at every point
+        a2.set_title(f"{failed[0]}{'' if len(failed) == 1 else f'-{failed[-1]}'} of {runs[0].n_requests} "
+                     "requests failed in each run", fontsize=8, color=RED, loc="right")
+    bound = _bound_pct(runs)
+    if bound is not None:
+        a1.axhline(bound, color=GREY, ls="--", lw=1, label=f"one infinite cache: {bound:.1f} %")
+    if ttft_target is not None:
+        a2.axhline(ttft_target, color=RED, ls=":", lw=1, label=f"target {ttft_target:g} s")
+    if pick is not None and _fleet_of(pick) is not None:
+        n = _fleet_of(pick)[0]
+        a1.plot([n], [100 * pick.reuse], "o", ms=11, mfc="none", mec=RED, mew=1.5)
+        a2.plot([n], [pick.ttft_p99], "o", ms=11, mfc="none", mec=RED, mew=1.5,
+                label=f"smallest meeting it: {n} x {_fleet_of(pick)[1]}")
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("servers (--fleet)")
+        ax.grid(alpha=0.3)
+    a1.set_ylabel("prompt tokens reused (%)")
+    a1.set_ylim(0, max([bound or 0] + [100 * r.reuse for r in runs] + [1]) * 1.1)
+    a2.set_yscale("log")
+    a2.set_ylabel("TTFT p99 (s, log)")
+    a1.legend(fontsize=7, frameon=False)
+    a2.legend(fontsize=7, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10, x=0.02, ha="left")
+    fig.tight_layout()
+    return fig
+
+
+def write_png(runs: list, path, *, pick=None, budget_mib: float | None = None, title: str = "slotlab whatif",
+              ttft_target: float | None = None, fleet_pick=None) -> None:
+    """The grid as a static PNG: `fleet_sweep` where --fleet is varied (`fleet_pick`: the smallest fleet
+    meeting `ttft_target`), else `overview` (the data `write_html` shows)."""
+    if is_fleet_sweep(runs):
+        fig = fleet_sweep(runs, ttft_target=ttft_target, pick=fleet_pick, title=title)
+    else:
+        fig = overview(runs, pick=pick, budget_mib=budget_mib, title=title)
+    Path(path).write_bytes(png.to_png(fig))

@@ -13,6 +13,12 @@ Other arguments are llama-server flags shared by every run (default: the trace's
 replaces the same flag there. The model is `--profile` (a JSON profile, a shipped name such as
 llama-3.1-8b, or a GGUF), the speed `--speed` JSON or `--prefill-tps` / `--gen-tps`.
 
+A grid over fleets: `--vary "--fleet 1,2,4" --vary "--router round-robin,session,prefix"` makes each
+run a fleet simulation (slotlab.fleet `simulate_fleet`: N servers under the other flags behind the
+router; `fleet_flags`), its row the fleet's totals (peak RAM: the sum of the servers'); a run with
+only one of the two gets a fleet of 1 or the round-robin router. `smallest_fleet` names the smallest
+N whose TTFT p99 meets a target (`--ttft-target`), with the best reuse at that N.
+
 The command line is `slotlab whatif` (slotlab.cli `cmd_whatif`)."""
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 
 from slotlab.units import cache_ram_bytes
 
-__all__ = ["WhatIfRun", "grid", "run_grid", "run_settings", "best", "table_lines", "CacheTimeline", "cache_timeline", "OBJECTIVES"]
+__all__ = ["WhatIfRun", "grid", "run_grid", "run_settings", "best", "table_lines", "CacheTimeline", "cache_timeline",
+           "OBJECTIVES", "fleet_flags", "smallest_fleet"]
 
 OBJECTIVES = {"ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "prefill": "tokens prefilled"}
 
@@ -122,11 +129,12 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
     run = WhatIfRun(job["setting"], job["flags"])
     t0 = time.perf_counter()
     try:
+        fleet, flags = fleet_flags(job["flags"])  # the fleet's options are not llama-server flags
         if trace_bytes is not None:
-            trace = _load_from_bytes(trace_bytes, job)
+            trace = _load_from_bytes(trace_bytes, {**job, "flags": flags})
         else:
             trace = load_sim_trace(job["trace"], limit=job.get("limit"), time_scale=job["time_scale"],
-                                   model=model_flag(job["flags"]))
+                                   model=model_flag(flags))
         speed = SpeedModel(**job["speed"])
         if job.get("profile_dict") is not None:
             from slotlab.memory.profile import ModelProfile
@@ -136,9 +144,17 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
             profile = resolve_profile(job.get("profile"))
         vocab = None
         if any(isinstance(r.prompt, str) for r in trace.requests):  # text prompts: the model's tokenizer
-            vocab = _vocab(job["flags"] or trace.flags)
-        res = simulate(trace, job["flags"], speed=speed, profile=profile, vocab=vocab,
-                       hindsight=False, bounds=bool(job.get("bounds")))  # no "why" is read
+            vocab = _vocab(flags or trace.flags)
+        if fleet is not None:  # N servers behind a router: slotlab.fleet, the other flags on every server
+            from slotlab.fleet import simulate_fleet
+
+            res = simulate_fleet(trace, flags or None, fleet[0], fleet[1], speed=speed, profile=profile,
+                                 vocab=vocab, bounds=bool(job.get("bounds")) and fleet[0] == 1)
+            run.extra["fleet"] = {"servers": fleet[0], "router": fleet[1],
+                                  "capacity_warning": res.warning(), "how": res.how}
+        else:
+            res = simulate(trace, job["flags"], speed=speed, profile=profile, vocab=vocab,
+                           hindsight=False, bounds=bool(job.get("bounds")))  # no "why" is read
         t = res.totals
         run.n_requests, run.n_errors = t["n_requests"], t["n_errors"]
         run.prompt_tokens, run.tokens_reused, run.tokens_prefilled = t["prompt_tokens"], t["tokens_reused"], t["tokens_prefilled"]
@@ -146,7 +162,7 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
         run.peak_cache_bytes = t["peak_cache_bytes"]
         run.ttft_p50, run.ttft_p99, run.queue_wait_p50 = t["ttft_p50"], t["ttft_p99"], t["queue_wait_p50"]
         run.sim_seconds = t["sim_seconds"]
-        run.extra = {"evictions": t["evictions"], "disk_read_bytes": t.get("disk_read_bytes", 0)}
+        run.extra.update({"evictions": t["evictions"], "disk_read_bytes": t.get("disk_read_bytes", 0)})
         if t.get("bounds") is not None:
             run.extra["bounds"] = t["bounds"]
         run.extra["errors"] = dict(collections.Counter(f"{d['status']} {d['error']}" for d in res.results
@@ -156,6 +172,50 @@ def _run_one(job: dict, trace_bytes: bytes | None = None) -> dict:
         run.error = f"{type(ex).__name__}: {ex}"
     run.wall_seconds = time.perf_counter() - t0
     return asdict(run)
+
+
+#: the fleet's options in a grid's flags (`--vary "--fleet 1,2,4" --vary "--router session,prefix"`)
+FLEET_FLAGS = ("--fleet", "--router")
+
+
+def fleet_flags(flags: list[str]) -> tuple[tuple[int, str] | None, list[str]]:
+    """((servers, router), the other flags) where `flags` carry --fleet or --router (a fleet of 1 or
+    the round-robin router where only the other is given), else (None, flags). A bad fleet size or
+    router is a ConfigError, reported as that run's error."""
+    if not any(f in flags for f in FLEET_FLAGS):
+        return None, list(flags)
+    from slotlab.errors import ConfigError
+    from slotlab.fleet.routers import ROUTERS
+
+    got, rest, i = {"--fleet": "1", "--router": "round-robin"}, [], 0
+    while i < len(flags):
+        if flags[i] in FLEET_FLAGS and i + 1 < len(flags):
+            got[flags[i]] = flags[i + 1]
+            i += 2
+            continue
+        rest.append(flags[i])
+        i += 1
+    try:
+        n = int(got["--fleet"])
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"--fleet {got['--fleet']}: expected a number of servers (an integer >= 1)")
+    if got["--router"] not in ROUTERS:
+        raise ConfigError(f"--router {got['--router']}: unknown router (one of: {', '.join(ROUTERS)})")
+    return (n, got["--router"]), rest
+
+
+def smallest_fleet(runs: list[WhatIfRun], ttft_target: float) -> WhatIfRun | None:
+    """The fleet runs whose TTFT p99 meets `ttft_target` (seconds), among those that ran and served a
+    request (as `best`: a refused request has no TTFT; the table shows the errors): the smallest N
+    among them, and at that N the router with the best reuse (ties: lower p99). None when no fleet
+    run meets it."""
+    ok = [r for r in runs if r.error is None and "fleet" in r.extra and r.n_errors < r.n_requests
+          and r.ttft_p99 <= ttft_target]
+    if not ok:
+        return None
+    return min(ok, key=lambda r: (r.extra["fleet"]["servers"], -r.reuse, r.ttft_p99))
 
 
 _VOCABS: dict = {}
