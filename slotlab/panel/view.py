@@ -96,7 +96,9 @@ class Panel(w.VBox):
                              showlegend=False)
         self.fig.add_scatter(name="eviction", mode="markers", x=[], y=[], hovertext=[], hoverinfo="text",
                              marker_color=[], row=3, col=1, showlegend=False)
-        self.fig.update_layout(barmode="overlay", height=300 + 80 * n, width=1000, margin=dict(l=70, r=150, t=40, b=30),
+        # the legend sits right of the plots, in the margin: 270 px hold its longest label ("loaded from a
+        # RAM-cache entry", "SWA window (last n_swa positions)") at plotly's 12 px font, where 150 cut them
+        self.fig.update_layout(barmode="overlay", height=300 + 80 * n, width=1120, margin=dict(l=70, r=270, t=40, b=30),
                                legend=dict(orientation="v", x=1.02, y=1.0), bargap=0.3)
         self.fig.update_xaxes(matches="x", row=2, col=1)
         for row in (1, 2):
@@ -417,8 +419,10 @@ class Panel(w.VBox):
         base = ""
         if sc:
             kind = "preview (no load needed)" if sc.get("preview") else "load"
-            base = (f"<div>scores against task {sc.get('task')} in slot {sc.get('slot')} ({kind}): baseline f_keep "
-                    f"{sc['f_keep_base']:.3f}, f_sim {sc['f_sim_base']:.3f}; winner "
+            # an empty slot has no baseline: the server scores it f_keep -1 so that any entry at the floor wins
+            held = ("baseline: the slot is empty (any entry at or above the 0.25 floor wins)" if sc["f_keep_base"] < 0
+                    else f"baseline f_keep {sc['f_keep_base']:.3f}, f_sim {sc['f_sim_base']:.3f}")
+            base = (f"<div>scores against task {sc.get('task')} in slot {sc.get('slot')} ({kind}): {held}; winner "
                     f"{'#' + str(sc['winner_id']) if sc.get('winner_id') is not None else 'none'}</div>")
         self.cache_box.value = (base + "<table class='slotlab-cache'><tr><th>entry (FIFO, oldest first)</th><th>tokens</th>"
                                 "<th>MiB main / draft / ckpt</th><th>checkpoints at n_tokens</th><th>prompt</th><th>from</th><th>f_keep</th><th>f_sim</th></tr>"

@@ -126,3 +126,20 @@ def test_checkpoint_chain_and_marks(model):
     assert t.result["tokens_evaluated"] - 4 in [c.n_tokens for c in ck]
     p.close()
     e.close()
+
+
+def test_an_empty_slots_baseline_is_said_in_words_not_as_minus_one(run):
+    """The server scores an empty slot f_keep -1 so any entry at the floor wins: the panel says so, and
+    a slot's own baseline in figures."""
+    import copy
+
+    e, p, _ = run
+    st = copy.copy(p.state)
+    st.scores = dict(p.state.scores, f_keep_base=-1.0, f_sim_base=0.0)
+    p._render_cache(st)
+    assert "the slot is empty" in p.cache_box.value and "-1.000" not in p.cache_box.value
+    st.scores = dict(p.state.scores, f_keep_base=0.5, f_sim_base=0.25)
+    p._render_cache(st)
+    assert "baseline f_keep 0.500, f_sim 0.250" in p.cache_box.value
+    p._render_cache(p.state)
+    assert p.fig.layout.margin.r >= 270  # room for the legend's longest label
