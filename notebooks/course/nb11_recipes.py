@@ -524,6 +524,6 @@ assert ([s["n_prompt_tokens"] for s in slots] == [122, 7_395] == [len(s.tokens)
 2. Give the agent a client that regenerates its last turn: how many checkpoints does it need now?
 3. Sweep `-np` for the chat with `slotlab whatif` (`--vary "-np 4,6,8"`): where do the errors start?
 
-Back to the start: [00 · What slotlab runs on](00-what-slotlab-runs-on.ipynb), or the reading order in
-the README."""),
+Next: [12 · Beyond the flags](12-beyond-the-flags.ipynb): what no flag does, the ideal cache of the
+same memory and each change proposed upstream, priced on a real trace."""),
 ]

@@ -28,6 +28,9 @@ ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "slotlab" / "si
 for p in PROPOSALS.values():
     print(f"{p.name:22s} {p.origin:10s} {p.status:10s} {' '.join(p.args):22s} {p.title}")
 assert [p.name for p in PROPOSALS.values() if p.verified] == ["cache-ram-lru", "kvcpc"]
+shown = " ".join(f"{p.origin} {p.title} {' '.join(p.args)}" for p in PROPOSALS.values())
+assert all(f"#{n}" in shown for n in (22083, 23666, 26004, 26893, 28046, 28092, 28139, 28276, 28992))
+assert "--cache-disk 65536" in shown  # 64 GiB of disk below the RAM cache
 assert [p.name for p in PROPOSALS.values() if not p.modelled] == ["idle-completion-only"]"""),
     md("""Seven proposals. Two are **verified**: their change was built into a llama-server
 (`make llama-server-proposals`: the pinned tree with `patches/proposals/*.patch`), golden traces were
@@ -49,13 +52,16 @@ def rows_for(profile, cache_ram, speed):
 
 pct = lambda r: round(100 * r.reuse, 1)
 r8 = rows_for("llama-3.1-8b", "8192", SPEED_8B)
+# not asserted: the whole table; the figures the prose cites are asserted below
 built, ideal = r8["llama-server as built"], [r8[k] for k in ("ideal LRU", "ideal optimal", "infinite cache")]
 assert [pct(built), *map(pct, ideal)] == [2.9, 3.6, 11.9, 16.4]
 assert round(ideal[0].peak_cache_bytes / 2**30) == 40 and all(r.prompt_tokens == built.prompt_tokens for r in r8.values())
 assert r8["cache-ram-lru"].reused == built.reused  # LRU order changes nothing on this traffic
 disk = r8["cache-disk"]
 assert round(pct(disk) - pct(built), 1) == 0.6 and disk.prefill_seconds_saved > 0
-assert "8.8 GiB read from disk" in disk.note and round(disk.prefill_seconds_saved, 1) == 1.2"""),
+assert "8.8 GiB read from disk" in disk.note and round(disk.prefill_seconds_saved, 1) == 1.2
+assert "2000 MB/s" in disk.note and ideal[0].note.startswith("512-token blocks")
+assert (r8["kvcpc"].origin, disk.origin) == ("PR #28046", "PR #28092")"""),
     md("""With the default 8 GiB llama-server reuses **2.9 %** of the prompt tokens. An ideal LRU cache of the
 same memory (40 GiB: the 32 GiB of slot KV plus the 8 GiB RAM cache, in 512-token blocks) reuses
 **3.6 %**, a Belady-optimal one **11.9 %**, an infinite one **16.4 %**. Three things to read:
@@ -72,10 +78,14 @@ same memory (40 GiB: the 32 GiB of slot KV plus the 8 GiB RAM cache, in 512-toke
   conversation's state, read back entire: the disk pays where a conversation returns whole, not where
   it shares only an opening block with another."""),
     code("""r8u = rows_for("llama-3.1-8b", "-1", SPEED_8B)
+# not asserted: the whole table; the figures the prose cites are asserted below
 built_u, kv = r8u["llama-server as built"], r8u["kvcpc"]
 assert pct(built_u) == 3.0 and pct(kv) == 15.8 and pct(r8u["infinite cache"]) == 16.4
 assert built_u.reused < kv.reused <= r8u["infinite cache"].reused   # never past the bound
-assert round(kv.prefill_seconds_saved, 1) == 113.7 and round(kv.peak_cache_bytes / 2**30, 2) == 745.87"""),
+assert round(kv.prefill_seconds_saved, 1) == 113.7 and round(kv.peak_cache_bytes / 2**30, 2) == 745.87
+assert (pct(r8u["no-sps-idle"]), pct(r8u["cache-disk"])) == (3.1, 3.4)
+assert "2000 MB/s" in r8u["cache-disk"].note and r8u["ideal LRU"].note.startswith("512-token blocks")
+assert (kv.origin, r8u["cache-disk"].origin) == ("PR #28046", "PR #28092")"""),
     md("""`--cache-ram -1` removes the byte limit, not the token limit: the cache still holds at most the
 context's 262,144 tokens in all (chapter 08), so llama-server reuses **3.0 %**. PR #28046's per-entry
 limit (`-kvcpc 0`: each entry at most one slot's context, no cap on the sum) reuses **15.8 %**, within
@@ -97,6 +107,7 @@ seconds."""),
     code("""SPEED_27B = SpeedModel.from_rates(2500, 25)
 q = rows_for("qwen3.5-27b", "8192", SPEED_27B)
 qu = rows_for("qwen3.5-27b", "-1", SPEED_27B)
+# not asserted: the whole table; the figures the prose cites are asserted below
 assert pct(q["llama-server as built"]) == pct(qu["llama-server as built"]) == 2.7
 assert (pct(q["ideal LRU"]), pct(q["ideal optimal"])) == (3.6, 12.8) and round(q["ideal LRU"].peak_cache_bytes / 2**30) == 24
 assert pct(qu["kvcpc"]) == 12.3 and round(qu["kvcpc"].prefill_seconds_saved, 1) == 273.3
@@ -105,7 +116,10 @@ print("the disk tier at 27B, 8 GiB of RAM:", q["cache-disk"].note, f"-> {q['cach
 assert round(pct(q["cache-disk"]) - pct(q["llama-server as built"]), 1) == 0.4
 assert "3.4 GiB read from disk" in q["cache-disk"].note and round(q["cache-disk"].prefill_seconds_saved, 1) == 8.7
 same = ("find-better", "no-sps-idle", "slot-file-checkpoints")
-assert all(r[n].reused == r["llama-server as built"].reused for r in (q, qu) for n in same)"""),
+assert all(r[n].reused == r["llama-server as built"].reused for r in (q, qu) for n in same)
+assert pct(q["cache-disk"]) == 3.1 and pct(qu["infinite cache"]) == 16.4
+assert "2000 MB/s" in q["cache-disk"].note and q["ideal LRU"].note.startswith("512-token blocks")
+assert (qu["kvcpc"].origin, q["cache-disk"].origin) == ("PR #28046", "PR #28092")"""),
     md("""At 27B the picture is the same, with each second of prefill three times dearer. The server reuses
 **2.7 %** at 8 GiB and with no byte limit alike (the token cap binds again); the ideal LRU cache of
 24 GiB (16 GiB of slot KV plus the RAM cache) reuses 3.6 %, the optimal one 12.8 %. PR #28046 takes
