@@ -4,7 +4,8 @@ import subprocess
 import sys
 
 BENCHES = ["bench.engine_vs_server", "bench.cache_bandwidth", "bench.cache_lookup", "bench.panel_overhead", "bench.scale",
-           "bench.fuzz_slot_files", "bench.sim_vs_measured", "bench.whatif_parallel"]
+           "bench.fuzz_slot_files", "bench.sim_vs_measured", "bench.whatif_parallel",
+           "bench.fleet"]
 
 if __name__ == "__main__":
     rc = 0
