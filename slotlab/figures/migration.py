@@ -206,6 +206,23 @@ def migrations(tl: Timeline) -> list[tuple[str, int, int, int]]:
             if m.kind == "load" and m.entry_id in src and src[m.entry_id] != m.slot]
 
 
+
+#: inches one character of the 8 pt labels takes (DejaVu Sans, a mean over a label's letters and digits)
+_CHAR_IN = 0.075
+
+
+def _fit(label: str, inches: float) -> str:
+    """`label` as it fits in `inches` of its bar: whole, without its "(N tok)" part, or cut with "…" (a bar
+    at the right edge is the last column's width, and a label clipped mid-word reads as a bug)."""
+    room = int(inches / _CHAR_IN)
+    if len(label) <= room:
+        return label
+    short = label.split(" (", 1)[0]
+    if len(short) <= room:
+        return short
+    return short[: max(1, room - 1)] + "…"
+
+
 def migration_figure(events, names: dict | None = None, *, title: str | None = None, width: float | None = None):
     """Slots (top rows) and RAM-cache entries (lanes below) against the requests; arrows for saves and
     loads. `events`: an Engine, an EventBus, a list of events or a Timeline; `names`: task -> conversation
@@ -227,7 +244,8 @@ def migration_figure(events, names: dict | None = None, *, title: str | None = N
         ax.add_patch(Rectangle((sp.x0, y - 0.32), max(0.0, x1 - sp.x0), 0.64, facecolor=color[sp.conv],
                                edgecolor="white", hatch=hatch, alpha=0.9 if hatch is None else 0.55, lw=0.8))
         if x1 - sp.x0 > 0.25:
-            ax.text(sp.x0 + 0.04, y, label or sp.conv, va="center", ha="left", fontsize=8, color="black", clip_on=True)
+            ax.text(sp.x0 + 0.04, y, _fit(label or sp.conv, (x1 - sp.x0 - 0.04) * width / end_x), va="center",
+                    ha="left", fontsize=8, color="black", clip_on=True)
         if sp.end in ("idle_clear", "purge", "load_failed", "decode_failed", "restore_failed", "erase", "clear"):
             ax.plot([x1], [y], marker="x", color="black", ms=7, mew=1.6)
             ax.text(x1 + 0.03, y - 0.38, "purged" if sp.end == "purge" else "cleared", fontsize=7, va="bottom")

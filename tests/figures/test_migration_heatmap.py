@@ -71,3 +71,13 @@ def test_heatmap_outcomes_hits_and_misses():
     assert set(HITS) >= {"slot hit", "RAM-cache hit"}
     data = png.to_png(heatmap_figure({"-np 2 -kvu": e, "-np 1": one}, labels=["a", "b", "c", "d"]))
     assert data.startswith(b"\x89PNG") and len(data) < png.MAX_BYTES
+
+
+def test_a_label_is_shortened_to_its_bar_not_clipped_mid_word():
+    """Issue 36: chapter 07's last RAM-cache entry read "#11 Chen (365" at the picture's edge."""
+    from slotlab.figures.migration import _CHAR_IN, _fit
+
+    label = "#11 Chen (365 tok)"
+    assert _fit(label, len(label) * _CHAR_IN) == label
+    assert _fit(label, 10 * _CHAR_IN) == "#11 Chen"  # the bar of the last column: the count goes, the name stays
+    assert _fit(label, 4 * _CHAR_IN) == "#11…"
