@@ -137,7 +137,11 @@ def flags_of_log(path, flags: list[str], who: str) -> list[str]:
 def simulate_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="slotlab simulate", description="Run a request trace through llama-server's "
                                  "decisions on the paper memory (no model, nothing decoded) under a simulated clock.",
-                                 epilog="Other arguments are llama-server flags (default: the trace's flags).")
+                                 epilog="Other arguments are llama-server flags (default: the trace's flags). "
+                                 "Proposals (docs/proposals.md): --cache-ram-lru, -kvcpc N, --cache-disk MiB, --proposal "
+                                 "NAME. A fleet (slotlab/fleet): --fleet N --router round-robin|least-loaded|session|prefix "
+                                 "[--scheduler tcp://HOST:PORT] runs N such servers behind a router "
+                                 "(`slotlab simulate TRACE --fleet 2 --help` lists its options).")
     ap.add_argument("trace", help="a Mooncake .jsonl, an OpenAI-messages session log .jsonl (tokenized with -m's chat "
                                   "template), or a slotlab trace .json (optional per-request arrival/output)")
     ap.add_argument("--profile", help="model profile: a JSON or TOML file, a shipped name (llama-3.1-8b) or a GGUF "
