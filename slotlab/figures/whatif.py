@@ -371,6 +371,10 @@ def fleet_sweep(runs, *, ttft_target: float | None = None, pick=None, title: str
     a1.set_ylabel("prompt tokens reused (%)")
     a1.set_ylim(0, max([bound or 0] + [100 * r.reuse for r in runs] + [1]) * 1.1)
     a2.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (a2.yaxis.set_major_formatter, a2.yaxis.set_minor_formatter):  # 30, not 3 x 10^1
+        axis(FuncFormatter(lambda v, _: f"{v:g}"))
     a2.set_ylabel("TTFT p99 (s, log)")
     a1.legend(fontsize=7, frameon=False)
     a2.legend(fontsize=7, frameon=False)
