@@ -514,8 +514,9 @@ def cmd_whatif(argv: list[str]) -> int:
                       + ("" if any("fleet" in r.extra for r in runs) else ' (vary "--fleet N1,N2,..")'))
             else:
                 f = fleet_pick.extra["fleet"]
-                print(f"smallest fleet with TTFT p99 <= {args.ttft_target:g} s: {f['servers']} server"
-                      f"{'s' if f['servers'] > 1 else ''} behind the {f['router']} router — TTFT p99 "
+                who = (f"{f['servers']} servers behind the {f['router']} router" if f["servers"] > 1
+                       else "1 server (no router needed)")
+                print(f"smallest fleet with TTFT p99 <= {args.ttft_target:g} s: {who} — TTFT p99 "
                       f"{fleet_pick.ttft_p99:,.2f} s, reused {100 * fleet_pick.reuse:.1f} %")
     if args.html or args.png:
         from slotlab.figures.whatif import write_html, write_png

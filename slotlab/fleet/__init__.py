@@ -17,6 +17,11 @@ One concept a module:
 * `capacity` the warning when arrivals exceed what the fleet serves, with the smallest N that would;
 * `summary`  the fleet's totals (the same fields as one server's), per server and overall;
 * `run`      `simulate_fleet`, tying these together; `cli` the command line.
+
+The proof: tests/golden/record_fleet.py records real llama-servers (the pin) behind a real HTTP router
+(round-robin, session, prefix, written from these definitions); tests/fleet/test_fleet_golden.py runs
+the same traces here and gets, per request, the same server and that server's same decisions.
+`slotlab whatif --vary "--fleet 1,2,4" --vary "--router ..."` sweeps fleets (slotlab.sim.whatif).
 """
 
 from slotlab.fleet.routers import ROUTERS, make_router

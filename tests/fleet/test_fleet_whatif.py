@@ -90,7 +90,7 @@ def test_the_command_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "--fleet 4 --router prefix" in out
-    assert "smallest fleet with TTFT p99 <= 1000 s: 1 server behind the" in out
+    assert "smallest fleet with TTFT p99 <= 1000 s: 1 server (no router needed)" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rc = main(["whatif", str(SLICE), "--limit", "40", "--time-scale", str(SCALE), "--profile", PROFILE, *BASE,
                "--vary", "--fleet 1,2", "--ttft-target", "0.000001", "--json", "--jobs", "1"])
@@ -111,3 +111,16 @@ def test_fleet_sweep_picture(runs):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_a_grid_over_the_recorded_fleet_trace():
+    """The real fleet's trace (tests/golden/traces_fleet: text prompts, tokenized with the default model)
+    in a fleet grid: at 2 servers round-robin reuses less than session affinity and the prefix router,
+    as the real servers did (tests/fleet/test_fleet_golden.py), and at 1 server the routers agree."""
+    trace = ROOT / "tests/golden/traces_fleet/docs_chat_2_session.json"
+    base = json.loads(trace.read_text())["flags"]
+    rs = run_grid(str(trace), base, [("--fleet", ["1", "2"]), VARY[1]], speed=SPEED, jobs=1)
+    assert [r.error for r in rs] == [None] * 6
+    reuse = {(r.setting["--fleet"], r.setting["--router"]): r.reuse for r in rs}
+    assert len({reuse["1", x] for x in ("round-robin", "session", "prefix")}) == 1
+    assert reuse["2", "round-robin"] < min(reuse["2", "session"], reuse["2", "prefix"])
