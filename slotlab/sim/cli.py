@@ -247,7 +247,11 @@ def calibrate_main(argv: list[str]) -> int:
     ap.add_argument("-o", "--output", help="write the speed model JSON here")
     ap.add_argument("--repeats", type=int, default=5, help="requests of each kind (default 5)")
     ap.add_argument("--measurements", help="also write every recorded step as JSON here")
+    ap.add_argument("--url", help="calibrate a running llama-server instead (http://HOST:PORT): its own timings of "
+                                  "prompts of 64..2048 tokens and of a generation (slotlab.sim.calibrate_server)")
     args, flags = ap.parse_known_args(argv)
+    if args.url:
+        return _calibrate_url(args)
     from slotlab.sim.speed import calibrate
 
     speed, meas = calibrate(args.model, n_threads=args.threads, repeats=args.repeats, flags=flags)
@@ -262,6 +266,26 @@ def calibrate_main(argv: list[str]) -> int:
               f"{1e3 * speed.decode_time(k, k, 40 * k, 40 * k):9.2f} ms)")
     if meas.get("copy"):
         print(f"state copies: {meas['copy'][0] / 1e6:.1f} MB in {1e3 * meas['copy'][1]:.1f} ms")
+    print(f"speed model: {speed.source}; prefill {speed.prefill_rate():.0f} tok/s, generation {speed.gen_rate():.1f} tok/s")
+    if args.output:
+        Path(args.output).write_text(speed.to_json())
+    if args.measurements:
+        Path(args.measurements).write_text(json.dumps(meas) + "\n")
+    return 0
+
+
+def _calibrate_url(args) -> int:
+    """`calibrate --url`: the server's own timings, fitted (slotlab.sim.calibrate_server)."""
+    from slotlab.sim.calibrate_server import calibrate_server
+
+    tty = sys.stderr.isatty()
+    say = (lambda m: print(f"\rcalibrate: {m}\033[K", end="", file=sys.stderr, flush=True)) if tty else None
+    speed, meas = calibrate_server(args.url, repeats=max(1, min(args.repeats, 5)), progress=say)
+    if tty:
+        print(file=sys.stderr)
+    for n, t in meas["prompts"]:
+        print(f"prompt of {n:5d} tokens: {1e3 * t:9.2f} ms  (the model: {1e3 * speed.decode_time(n):.2f} ms)")
+    print(f"generation: {1e3 * meas['generation']['seconds_per_token']:.2f} ms a token")
     print(f"speed model: {speed.source}; prefill {speed.prefill_rate():.0f} tok/s, generation {speed.gen_rate():.1f} tok/s")
     if args.output:
         Path(args.output).write_text(speed.to_json())
