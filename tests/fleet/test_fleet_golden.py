@@ -69,21 +69,26 @@ def test_the_router_saw_what_the_server_evaluated(model, name):
         assert line["n_tokens"] == r["cache_n"] + r["prompt_n"] == len(model.tokenize(q["prompt"]))
 
 
-def test_the_recordings_show_what_the_router_costs():
+@pytest.mark.parametrize("servers", sorted({_load(n)[0]["fleet"]["servers"] for n in NAMES}))
+def test_the_recordings_show_what_the_router_costs(servers):
     """On the real servers: round-robin sends a conversation's consecutive turns to different servers
-    and reuses less than session affinity and the prefix router, which keep each conversation on one."""
+    and reuses less than session affinity and the prefix router, which keep each conversation on one
+    (a conversation: its document, the prompt's first line)."""
     reuse, moved = {}, {}
     for n in NAMES:
         spec, want = _load(n)
+        if spec["fleet"]["servers"] != servers:
+            continue
         r = spec["fleet"]["router"]
-        conv = [i % 3 for i in range(len(want["results"]))]  # the trace's turns interleave 3 conversations
         last: dict = {}
         moved[r] = 0
-        for c, x in zip(conv, want["results"]):
+        for q, x in zip(spec["requests"], want["results"]):
+            c = q["prompt"].split("\n", 1)[0]
             moved[r] += c in last and last[c] != x["server"]
             last[c] = x["server"]
         reuse[r] = sum(x["cache_n"] for x in want["results"]) / sum(x["cache_n"] + x["prompt_n"]
                                                                       for x in want["results"])
+    assert {"round-robin", "session", "prefix"} <= set(reuse), f"{servers} servers: record all three routers"
     assert moved["round-robin"] > 0 and moved["session"] == moved["prefix"] == 0, moved
     assert reuse["round-robin"] < min(reuse["session"], reuse["prefix"]), reuse
 

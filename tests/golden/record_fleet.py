@@ -2,6 +2,7 @@
 `slotlab simulate TRACE --fleet N --router R`.
 
     python -m tests.golden.record_fleet [--servers 2] [ROUTER ...]   # default: round-robin session prefix
+    python -m tests.golden.record_fleet --servers 3                   # 3 servers, 4 conversations
 
 For each router it starts N real llama-servers (the pin, build/llama-server/..., on the default
 model) with the trace's flags plus `--no-repack -t 2 -lv 4`, starts `Router` in front of them (a
@@ -17,11 +18,12 @@ sends the trace's requests to the router in order, each after the previous one w
   content), plus the router's own line per request (what it saw);
 * NAME.server<k>.log: each server's -lv 4 log.
 
-The traffic: three "chat over a document" conversations, each a distinct document of over 1024 tokens
-followed by question turns (each turn's prompt = the previous prompt + a scripted answer + the next
-question), the turns interleaved (A1 B1 C1 A2 B2 C2 ...). Three conversations over two servers make
-round-robin send a conversation's consecutive turns to different servers (each turn re-prefills what
-the other server never saw); session affinity and the prefix router keep a conversation on one server.
+The traffic: N + 1 "chat over a document" conversations (3 for 2 servers, 4 for 3), each a distinct
+document of over 1024 tokens followed by 4 question turns (each turn's prompt = the previous prompt + a
+scripted answer + the next question), the turns interleaved (A1 B1 C1 A2 B2 C2 ...). N + 1
+conversations over N servers make round-robin send a conversation's consecutive turns to different
+servers (a turn re-prefills what that server never saw, or restores an older turn from its RAM cache);
+session affinity and the prefix router keep a conversation on one server.
 
 What the router sees is only the request as sent, and the same as the simulation's router reads off
 the trace (slotlab.fleet.keys): the prompt's tokens, which it asks a backend's /tokenize for (as
@@ -61,7 +63,9 @@ BLOCK_TOKENS = 64
 CACHE_THRESHOLD = 0.5
 INDEX_BLOCKS = 65_536
 
-TOPICS = ("lighthouses", "glaciers", "volcanoes")
+#: the conversations' documents (the first N + 1), chosen so that session affinity spreads them over
+#: more than one server at N = 2 and N = 3
+TOPICS = ("lighthouses", "glaciers", "volcanoes", "orchards")
 QUESTIONS = ("What is the first point?", "Which section mentions the value 7?", "Summarise the last section.",
              "Name one more detail.")
 ANSWER = "It is covered in the document."
@@ -83,7 +87,7 @@ def conversation_prompts(topic: str, turns: int) -> list[str]:
 
 
 def make_trace(n_servers: int, router: str, turns: int = 4, n_predict: int = 8) -> dict:
-    convs = [conversation_prompts(t, turns) for t in TOPICS]
+    convs = [conversation_prompts(t, turns) for t in TOPICS[:n_servers + 1]]
     reqs = [{"prompt": convs[c][t], "n_predict": n_predict} for t in range(turns) for c in range(len(convs))]
     return {"flags": list(FLAGS), "fleet": {"servers": n_servers, "router": router}, "requests": reqs}
 
