@@ -96,8 +96,9 @@ def test_the_recordings_show_what_the_router_costs(servers):
 @pytest.mark.parametrize("name", NAMES)
 def test_each_servers_ram_cache_decisions_follow_its_log(model, name):
     """Each server's part, as the fleet simulation routed it, replayed on paper (`replay_on_paper`, the
-    recorded answers generated) makes that real server's RAM-cache decisions, read from its -lv 4 log:
-    saves, skips, loads with f_keep / f_sim, evictions, cache state lines."""
+    recorded answers generated) makes that real server's RAM-cache decisions, read from its -lv 4 log
+    (saves, skips, loads with f_keep / f_sim, evictions, cache state lines), and gives its answers'
+    text."""
     from slotlab.engine.replay import Trace
     from slotlab.engine.server_log import decisions, decisions_of_engine
     from slotlab.sim.paper_replay import replay_on_paper
@@ -116,5 +117,5 @@ def test_each_servers_ram_cache_decisions_follow_its_log(model, name):
         theirs = decisions((DIR / f"{name}.server{k}.log").read_text().splitlines())
         assert ours == theirs, f"{name}: server {k}'s RAM-cache decisions differ"
         rec = [want["results"][i] for i in idx]
-        assert [(r["id_slot"], r["cache_n"], r["prompt_n"]) for r in out["results"]] == \
-            [(r["id_slot"], r["cache_n"], r["prompt_n"]) for r in rec]
+        assert [(r["id_slot"], r["cache_n"], r["prompt_n"], r["content"]) for r in out["results"]] == \
+            [(r["id_slot"], r["cache_n"], r["prompt_n"], r["content"]) for r in rec]
