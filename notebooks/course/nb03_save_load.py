@@ -21,8 +21,9 @@ The file is `llama_state_seq_save_file`'s body: a header, the slot's tokens (pac
 **slotlab extension, opt-in (`--slot-appendices`):** slotlab can append an `SCKP` checkpoint appendix
 (and an `SDFT` draft appendix) after the body; a stock llama-server of the same build restores the
 body and ignores them. By default slotlab writes and reads files exactly as the server does. The SCKP
-format follows llama.cpp's open pull request #26004 ("server : preserve context checkpoints across
-slot save/restore"); it is not in upstream llama-server.
+format follows llama.cpp's pull request #26004 ("server : preserve context checkpoints across slot
+save/restore"); it is not in the pinned b11312, and b11549 keeps the checkpoints in its own appendix
+(section "b11549" below).
 
 **Defaults in this chapter.** The server's: no `--slot-save-path` (every slot action answers 501),
 Gemma 3 without `--swa-full` (a restored window cache cannot be cut back without a checkpoint),
@@ -205,6 +206,38 @@ slot_file.image([(f"stock file (what llama-server writes): follow-up cache_n {ca
                   d / "stock.bin", bodies["stock"]),
                  (f"with --slot-appendices: follow-up cache_n {cache_n['appendix']}",
                   d / "appendix.bin", bodies["appendix"])])"""),
+    md("""## b11549: the server keeps the checkpoints itself
+Newer llama-server builds do what the appendix does: from b11549 (the tree in PyPI's xllamacpp
+2026.10.11549; docs/server-behaviour-by-build.md) `handle_slots_save` appends the slot's context
+checkpoints to the file and `handle_slots_restore` reads them back, the change pull request #26004
+proposed. `--server-build 11549` runs slotlab under that build's rules (its recordings on the real
+b11549 server, tests/golden/traces_b11549/, are replayed exactly). The same save, erase, restore and
+follow-up with no slotlab option at all:"""),
+    code("""e = Engine(f"-np 1 -c 4096 --slot-save-path {d} --server-build 11549", model=eng.model)
+ask(e, prompt, 3)
+saved = action(e, "save", 0, "b11549.bin")[1]
+action(e, "erase", 0)
+restored = action(e, "restore", 0, "b11549.bin")[1]
+n0 = len(e.events.log)
+t = ask(e, prompt + " Any storms?", 3)["timings"]
+b_lines = [x.message for x in e.events.log[n0:]
+           if x.kind in ("checkpoint_none", "checkpoint_check", "checkpoint_restored")]
+print(f"b11549: wrote {saved['n_written']:,} bytes, read {restored['n_read']:,}; "
+      f"follow-up cache_n {t['cache_n']}, prompt_n {t['prompt_n']}")
+for m in b_lines:
+    print("  server: ", m)
+e.close()
+appendix = [x.size for x in secs["appendix"] if x.kind in ("SCKP header", "checkpoint")]
+assert saved["n_written"] == restored["n_read"] == 6_573_600 == bodies["stock"] + sum(appendix)
+assert (t["cache_n"], t["prompt_n"]) == (cache_n["appendix"], prompt_n["appendix"]) == (190, 8)
+assert b_lines == lines["appendix"] and "n_tokens = 191" in b_lines[1]"""),
+    md("""The b11549 file is the stock body plus the checkpoints, 6,573,600 bytes, and the follow-up reuses
+the same 190 tokens as slotlab's appendix: what a restored window (or hybrid, or recurrent) slot keeps
+across a file is its checkpoints, and a cut-back lands on the last one before it. Two things do not
+cross between builds: b11549's library writes sequence state version 4, which the pinned library
+refuses (400), and slotlab writes the pin's version 3 body, which b11549 refuses; so a file moves
+between a b11312 and a b11549 server neither way (`slotlab simulate --why` prices the upgrade instead:
+"upgrade: on this session b11549 would ...")."""),
     md("""The live panel's picture of the main engine after the two follow-ups: in each slot the first 190
 tokens came back through the restored checkpoint ("checkpoint"), the rest was prefilled or generated;
 the second plot shows each slot's checkpoints against the SWA window."""),

@@ -219,6 +219,9 @@ WRONG = [
     r"Each of Ben's requests launches while Ana's slot is idle, so the\s+idle-slot loop saves",
     # 62.48 GiB is -np 6's KV with --swa-full; the 57.2 % run is auto -np (4 unified slots): 62.00
     r"recovers part of that \(57\.2 %\) at 62\.48 GiB",
+    # b11549 keeps the checkpoints in slot files itself (handle_slots_save / handle_slots_restore,
+    # docs/server-behaviour-by-build.md): "not in upstream" held only up to the pin
+    r"it is not in upstream llama-server",
 ]
 
 
