@@ -424,6 +424,7 @@ def cmd_whatif(argv: list[str]) -> int:
     from dataclasses import asdict
 
     from slotlab.sim.whatif import OBJECTIVES, best, parse_vary, run_grid, table_lines
+    from slotlab.sim.cli import add_speed_args
 
     ap = argparse.ArgumentParser(prog="slotlab whatif", description="Simulate a trace under a grid of llama-server "
                                  "flag settings (paper memory, no model) and compare reuse, prefill, RAM and TTFT.",
@@ -450,9 +451,7 @@ def cmd_whatif(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true", help="print the runs as JSON")
     ap.add_argument("--profile", default=None, help="model profile: JSON or TOML file, shipped name (llama-3.1-8b) "
                                                     "or GGUF (default: the header of -m, or the embedded model)")
-    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
-    ap.add_argument("--prefill-tps", type=float, default=8000, help="prefill tokens/s (default 8000)")
-    ap.add_argument("--gen-tps", type=float, default=60, help="generation tokens/s of one sequence (default 60)")
+    add_speed_args(ap)
     ap.add_argument("--limit", type=int, help="only the first N requests")
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
     ap.add_argument("--jobs", type=int, help="parallel runs (default: min(cores, runs))")
@@ -460,7 +459,6 @@ def cmd_whatif(argv: list[str]) -> int:
                     "instead of local processes (needs the optional extra: pip install 'slotlab[dask]'; the workers "
                     "need slotlab too)")
     args, base = ap.parse_known_args(argv)
-    from slotlab.sim.speed import SpeedModel
 
     if args.proposals and args.vary:
         ap.error("--proposals prices the changes to llama-server on the flags given: give it no --vary")
@@ -472,12 +470,11 @@ def cmd_whatif(argv: list[str]) -> int:
         varies = [parse_vary(v) for v in args.vary]
     except ValueError as ex:
         ap.error(str(ex))
-    speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
-             else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
     from slotlab.sim.traces import trace_kind
 
     if not base and trace_kind(args.trace) == "slotlab":
         base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
+    speed = whatif_speed(args, base)
     n = 1
     for _, vals in varies:
         n *= len(vals)
@@ -530,16 +527,22 @@ def cmd_whatif(argv: list[str]) -> int:
     return 0
 
 
+def whatif_speed(args, base: list[str]):
+    """The grid's speed model, as `slotlab simulate` names it (--speed, --prefill-tps / --gen-tps, or the
+    profile on --gpu), said once on stderr."""
+    from slotlab.sim.cli import resolve_profile, speed_from_args
+
+    return speed_from_args(args, resolve_profile(args.profile), base, "slotlab whatif")
+
+
 def _whatif_proposals(args, base: list[str]) -> int:
     """`whatif --proposals`: slotlab.proposals.price runs it, slotlab.figures.proposals draws it."""
     from slotlab.proposals import price as PR
-    from slotlab.sim.speed import SpeedModel
     from slotlab.sim.traces import trace_kind
 
-    speed = (SpeedModel.from_json(Path(args.speed).read_text()) if args.speed
-             else SpeedModel.from_rates(args.prefill_tps, args.gen_tps))
     if not base and trace_kind(args.trace) == "slotlab":
         base = list(json.loads(Path(args.trace).read_text()).get("flags", []))
+    speed = whatif_speed(args, base)
     tty = sys.stderr.isatty()
 
     def progress(i, total):

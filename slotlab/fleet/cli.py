@@ -17,6 +17,7 @@ from slotlab.errors import ConfigError
 
 def _parser() -> argparse.ArgumentParser:
     from slotlab.fleet.routers import ROUTERS
+    from slotlab.sim.cli import add_speed_args
 
     ap = argparse.ArgumentParser(prog="slotlab simulate --fleet N", description="Simulate N llama-servers (each "
                                  "under the same flags and profile, each exactly its build's decisions) behind a "
@@ -28,9 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--scheduler", help="a Dask scheduler (tcp://HOST:PORT) to simulate the servers on")
     ap.add_argument("--router-index-blocks", type=int, help="the prefix router's index bound, blocks a server")
     ap.add_argument("--profile")
-    ap.add_argument("--speed")
-    ap.add_argument("--prefill-tps", type=float)
-    ap.add_argument("--gen-tps", type=float)
+    add_speed_args(ap)
     ap.add_argument("--limit", type=int)
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--json", action="store_true", help="the report as JSON: totals, servers, routing, results")
@@ -64,18 +63,9 @@ def fleet_args(argv: list[str]):
 def fleet_main(argv: list[str]) -> int:
     args, flags = fleet_args(argv)
     from slotlab.fleet.run import simulate_fleet
-    from slotlab.sim.cli import flags_of_log, model_flag, resolve_profile
-    from slotlab.sim.speed import SpeedModel
+    from slotlab.sim.cli import flags_of_log, model_flag, resolve_profile, speed_from_args
     from slotlab.sim.traces import load_sim_trace, trace_kind
 
-    if args.speed:
-        speed = SpeedModel.from_json(Path(args.speed).read_text())
-    elif args.prefill_tps and args.gen_tps:
-        speed = SpeedModel.from_rates(args.prefill_tps, args.gen_tps)
-    else:
-        speed = SpeedModel.from_rates(8000, 60)
-        print("slotlab simulate: no --speed / --prefill-tps --gen-tps given: assuming 8000 / 60 tok/s "
-              "(an 8B model on one GPU)", file=sys.stderr)
     profile = resolve_profile(args.profile)
     kw = {}
     if profile is not None and profile.n_vocab and trace_kind(Path(args.trace)) == "mooncake":
@@ -92,6 +82,7 @@ def fleet_main(argv: list[str]) -> int:
                            params=params, **kw)
     for note in trace.notes or []:
         print(f"note: {note}", file=sys.stderr)
+    speed = speed_from_args(args, profile, flags or trace.flags, "slotlab simulate")
     vocab = None
     if any(isinstance(r.prompt, str) for r in trace.requests):
         from slotlab.engine.params import ServerParams

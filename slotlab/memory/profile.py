@@ -26,7 +26,7 @@ import json
 import mmap
 import os
 import struct
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +279,10 @@ class ModelProfile:
     shortconv_l_cache: int = 0  # {arch}.shortconv.l_cache (lfm2)
     wkv_head_size: int = 0  # {arch}.wkv.head_size (rwkv)
     token_shift_count: int = 0  # {arch}.token_shift_count (rwkv; llama.cpp's default 2)
+    # -- what the speed estimates need (slotlab.sim.gpus), not the memory: 0 = unknown
+    n_head: int = 0  # query heads of a full-attention layer (attention's cost deep in a context)
+    n_params: float = 0  # all weights (the bytes a GPU must hold)
+    n_params_active: float = 0  # the weights one token runs through (an MoE's active experts); 0 = n_params
     unsized: str = ""  # why slotlab cannot size this memory ("" = it can): the paper memory refuses it
     sources: tuple[tuple[str, str], ...] = ()  # (field, where its value comes from): a JSON profile's citations
 
@@ -527,6 +531,14 @@ class ModelProfile:
             return _PROFILES[key]
         kv = read_gguf_kv(path)
         prof = cls.from_gguf_kv(kv, source=str(path))
+        if key is not None:  # the speed estimates' sizes (slotlab.sim.gpus): the weights are about the file
+            # at Q4_K_M's 4.9 bits; an MoE runs expert_used_count of expert_count experts (its attention and
+            # shared parts counted as experts: an upper bound on what it saves)
+            n_params = st.st_size * 8 / 4.9
+            arch = prof.architecture
+            n_exp, n_used = int(kv.get(f"{arch}.expert_count", 0) or 0), int(kv.get(f"{arch}.expert_used_count", 0) or 0)
+            active = n_params * n_used / n_exp if n_exp > 1 and 0 < n_used < n_exp else 0.0
+            prof = replace(prof, n_params=n_params, n_params_active=active)
         if key is not None:
             _PROFILES[key] = prof
         return prof
@@ -643,7 +655,7 @@ class ModelProfile:
                    n_embd_head_k_swa=hk_swa if hk_swa != hk else 0, n_embd_head_v_swa=hv_swa if hv_swa != hv else 0,
                    n_swa=n_swa, swa_type=swa_type, swa_layers=swa_layers, n_layer_nextn=n_nextn,
                    n_layer_kv=n_layer_kv, mla=mla, n_pos_per_embd=n_pos, memory=memory, n_embd=n_embd,
-                   name=kv.get("general.name"), notes=tuple(notes), **rs)
+                   name=kv.get("general.name"), notes=tuple(notes), n_head=max(n_head, default=0), **rs)
 
     @classmethod
     def default(cls) -> "ModelProfile":

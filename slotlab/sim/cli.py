@@ -67,12 +67,66 @@ def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = 
     return rows
 
 
+def add_speed_args(ap, *, defaults: bool = False) -> None:
+    """The speed options every simulating command takes (simulate, a fleet, whatif)."""
+    from slotlab.sim.gpus import GPUS
+
+    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate` (--url: your server's)")
+    ap.add_argument("--gpu", metavar="CLASS", help="estimate the speed of the profile on one GPU of this class ("
+                    + ", ".join(GPUS) + "; default: the smallest the weights fit; `slotlab profiles --speed` lists them)")
+    ap.add_argument("--prefill-tps", type=float, help="prefill tokens/s of your server (with --gen-tps)")
+    ap.add_argument("--gen-tps", type=float, help="generation tokens/s of one sequence")
+
+
+def speed_from_args(args, profile, flags, who: str):
+    """The speed model the options name: --speed, else --prefill-tps / --gen-tps, else the profile's
+    estimate on --gpu (slotlab.sim.gpus), said on stderr with what it rests on, and a warning when the
+    weights do not fit that GPU. `profile` None: the -m model's header (the embedded model's)."""
+    from slotlab.errors import ConfigError
+    from slotlab.sim import gpus
+    from slotlab.sim.speed import SpeedModel
+
+    if args.speed:
+        if args.gpu:
+            raise ConfigError("--speed and --gpu both name the speed: give one")
+        return SpeedModel.from_json(Path(args.speed).read_text())
+    if args.prefill_tps or args.gen_tps:
+        if not (args.prefill_tps and args.gen_tps):
+            raise ConfigError("--prefill-tps and --gen-tps go together (or give --speed, or --gpu)")
+        if args.gpu:
+            raise ConfigError("--prefill-tps / --gen-tps and --gpu both name the speed: give one")
+        return SpeedModel.from_rates(args.prefill_tps, args.gen_tps)
+    if profile is None:
+        from slotlab.engine.params import ServerParams
+        from slotlab.memory.profile import ModelProfile
+
+        m = ServerParams.from_args(list(flags or [])).model if flags else None
+        profile = ModelProfile.from_gguf(m) if m else ModelProfile.default()
+    try:
+        g = gpus.gpu(args.gpu) if args.gpu else gpus.default_gpu(profile)
+        speed = gpus.speed_for(profile, g.name)
+    except ValueError as ex:
+        raise ConfigError(f"{who}: {ex}") from None
+    print(f"{who}: speed: {speed.source} — prefill {speed.prefill_rate(2048):,.0f} tok/s (a 2048-token prompt), "
+          f"generation {speed.gen_rate(1):,.1f} tok/s (--gpu, --speed or --prefill-tps / --gen-tps to change)",
+          file=sys.stderr)
+    note = gpus.fit_note(profile, g)
+    if note:
+        print(f"{who}: warning: {note}", file=sys.stderr)
+    return speed
+
+
 def profiles_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="slotlab profiles", description="The model profiles `slotlab simulate "
                                  "--profile` and `slotlab whatif --profile` accept, with what their memory costs.")
     ap.add_argument("profile", nargs="*", help="profiles to list (names, JSON / TOML files or GGUFs; default: the shipped ones)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--speed", action="store_true", help="instead: the estimated speed of each profile on each GPU "
+                    "class (what `slotlab simulate --gpu` uses): prefill tok/s of a 2048-token prompt / generation "
+                    "tok/s of one sequence, with their sources")
     args = ap.parse_args(argv)
+    if args.speed:
+        return _speed_table(args.profile or None, args.json)
     rows = profile_rows(args.profile or None)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -93,6 +147,57 @@ def profiles_main(argv: list[str]) -> int:
     print("\nKV B/token: f16 K+V of one token in every attention layer; ckpt: one context checkpoint (a PARTIAL_ONLY "
           "state) of one sequence of 8192 / 32768 tokens (-np 1 -c N -ub 512): the whole KV cache for a full-attention "
           "model, the window cache for a SWA one, the recurrent state for a hybrid one.")
+    return 0
+
+
+def speed_rows(specs: list[str] | None = None) -> list[dict]:
+    """Per profile (the shipped ones, or `specs`) and GPU class: the estimated prefill rate of a
+    2048-token prompt, of a 512-token chunk 32k tokens deep, and generation of one sequence at depth 0
+    and 32k (slotlab.sim.gpus), whether the weights fit, and the class `--gpu` defaults to."""
+    from slotlab.sim import gpus
+
+    names = specs or sorted(x.stem for x in PROFILES.glob("*.json"))
+    out = []
+    for n in names:
+        prof = resolve_profile(n)
+        total, _ = gpus.weights_bytes(prof)
+        row = {"profile": n, "weights_gib": total / 2**30, "default_gpu": gpus.default_gpu(prof).name, "gpus": {}}
+        for g in gpus.GPUS.values():
+            sp = gpus.speed_for(prof, g.name)
+            d = 32768
+            row["gpus"][g.name] = {"prefill_tps": sp.prefill_rate(2048), "gen_tps": sp.gen_rate(1),
+                                   "prefill_tps_32k": 512 / sp.decode_time(512, 1, 512 * d, d),
+                                   "gen_tps_32k": 1 / sp.decode_time(1, 1, d, d), "fits": not gpus.fit_note(prof, g)}
+        out.append(row)
+    return out
+
+
+def _speed_table(specs, as_json: bool) -> int:
+    from slotlab.sim import gpus
+
+    rows = speed_rows(specs)
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    names = list(gpus.GPUS)
+    head = ("profile", "GiB", *names)
+    table = [head]
+    for r in rows:
+        cells = []
+        for g in names:
+            x = r["gpus"][g]
+            c = f'{x["prefill_tps"]:,.0f} / {x["gen_tps"]:.0f}' if x["fits"] else "-"
+            cells.append(c + ("*" if g == r["default_gpu"] else ""))
+        table.append((r["profile"], f'{r["weights_gib"]:.1f}', *cells))
+    w = [max(len(t[i]) for t in table) for i in range(len(head))]
+    for t in table:
+        print("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(t)).rstrip())
+    print(f"\nprefill tok/s of a 2048-token prompt / generation tok/s of one sequence, Q4_K_M weights ({gpus.QUANT_BPW} "
+          "bits a weight), one GPU; - : the weights do not fit it; * : the class `slotlab simulate --gpu` defaults to "
+          "(the smallest that holds them). Estimates: generation fitted to llama.cpp's measured tok/s on each class "
+          f"({gpus.GEN_SOURCE}); prefill from {gpus.PREFILL_SOURCE}, scaled by active parameters and each class's "
+          f"spec-sheet int8 tensor rate ({gpus.HOPPER_SOURCE}); an MoE's active weights count "
+          f"{gpus.MOE_FACTOR:.2f} times. `slotlab calibrate --url` measures your own server.")
     return 0
 
 
@@ -146,9 +251,7 @@ def simulate_main(argv: list[str]) -> int:
                                   "template), or a slotlab trace .json (optional per-request arrival/output)")
     ap.add_argument("--profile", help="model profile: a JSON or TOML file, a shipped name (llama-3.1-8b) or a GGUF "
                                       "(default: the header of -m, or the embedded model)")
-    ap.add_argument("--speed", help="speed model JSON from `slotlab calibrate`")
-    ap.add_argument("--prefill-tps", type=float, help="prefill tokens/s of your server (with --gen-tps)")
-    ap.add_argument("--gen-tps", type=float, help="generation tokens/s of one sequence")
+    add_speed_args(ap)
     ap.add_argument("--limit", type=int, help="only the first N requests")
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the trace's arrival times")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -162,17 +265,8 @@ def simulate_main(argv: list[str]) -> int:
                     "again, and only those that saved tokens are printed as advice")
     args, flags = ap.parse_known_args(argv)
     from slotlab.sim.simulate import progress_bar, simulate
-    from slotlab.sim.speed import SpeedModel
     from slotlab.sim.traces import load_sim_trace, trace_kind
 
-    if args.speed:
-        speed = SpeedModel.from_json(Path(args.speed).read_text())
-    elif args.prefill_tps and args.gen_tps:
-        speed = SpeedModel.from_rates(args.prefill_tps, args.gen_tps)
-    else:
-        speed = SpeedModel.from_rates(8000, 60)
-        print("slotlab simulate: no --speed / --prefill-tps --gen-tps given: assuming 8000 / 60 tok/s "
-              "(an 8B model on one GPU)", file=sys.stderr)
     profile = resolve_profile(args.profile)
     kw = {}
     # (a header without a vocabulary size leaves the default range: the sizing error below names what it lacks)
@@ -192,6 +286,7 @@ def simulate_main(argv: list[str]) -> int:
                            params=params, **kw)
     for note in getattr(trace, "notes", []) or []:
         print(f"note: {note}", file=sys.stderr)
+    speed = speed_from_args(args, profile, flags or trace.flags, "slotlab simulate")
     vocab = None
     if any(isinstance(r.prompt, str) for r in trace.requests):  # text prompts: the model's tokenizer
         from slotlab.engine.params import ServerParams
