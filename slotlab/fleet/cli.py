@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="the report as JSON: totals, servers, routing, results")
     ap.add_argument("--all", action="store_true", help="print every request's routing (default: the first 50)")
     ap.add_argument("--no-bounds", action="store_true", help="leave out each server's ideal-cache bounds")
+    ap.add_argument("--png", help="write the fleet's lanes (a row per server and slot, a bar per request) as a PNG")
+    ap.add_argument("--html", help="the same lanes as a plotly page (the router's reason for each request on hover)")
     ap.add_argument("--why", action="store_true")
     ap.add_argument("--events")
     return ap
@@ -105,4 +107,14 @@ def fleet_main(argv: list[str]) -> int:
         print(json.dumps(doc, indent=1))
     else:
         print("\n".join(res.lines(limit=None if args.all else 50)))
+    if args.png or args.html:
+        from slotlab.figures import fleet as F
+
+        title = f"{Path(args.trace).name}: {res.n} servers behind the {res.router} router"
+        if args.png:
+            F.write_png(res, args.png, title=title)
+            print(f"wrote {args.png}", file=sys.stderr)
+        if args.html:
+            F.write_html(res, args.html, title=title)
+            print(f"wrote {args.html}", file=sys.stderr)
     return 0
