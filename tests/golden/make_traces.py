@@ -98,6 +98,16 @@ def traces() -> dict[str, dict]:
     t["concurrent_deferred"] = {"flags": ["-np", "2", "-kvu", "-c", "4096", *SWA], "requests": [
         req(doc("sourdough", 4), 16, wait=False), req(doc("glaciers", 4), 16, wait=False),
         req(doc("sourdough", 4) + " Crumb?", 3), req(doc("glaciers", 4) + " Melt?", 3)]}
+    # 13b. a unified pool two slots outgrow together: the second prompt finds no free cells, no slot is
+    # idle to purge, the batch halves down to 1 and the fatal "Context size has been exceeded." takes
+    # every processing slot with it (spec 6.3); then a short request on the emptied pool
+    t["kv_unified_pool_full"] = {"flags": ["-np", "2", "-kvu", "-c", "1024", "-b", "512", *SWA], "requests": [
+        req(doc("volcanoes", 25), 24, wait=False), req(doc("beekeeping", 25), 24, wait=False),
+        req(doc("glaciers", 4), 3)]}
+    # 13c. --kv-unified-per-slot without -c: the pool is sized n_parallel x N (2 x 1024) and each slot
+    # capped at N, so a prompt longer than N is refused though the pool could hold it
+    t["kv_unified_per_slot"] = {"flags": ["-np", "2", "-kvu", "--kv-unified-per-slot", "1024", *SWA], "requests": [
+        req(doc("rivers", 100), 2), req(doc("rivers", 40), 2), req(doc("caves", 40), 2)]}
     # 14. bad input: a prompt longer than the slot context, then a normal request
     t["prompt_too_long"] = {"flags": ["-np", "2", "-c", "1024", *SWA], "requests": [
         req(doc("rivers", 60), 2), req(doc("rivers", 3), 2)]}
