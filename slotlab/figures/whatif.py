@@ -373,8 +373,14 @@ def fleet_sweep(runs, *, ttft_target: float | None = None, pick=None, title: str
     a2.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
-    for axis in (a2.yaxis.set_major_formatter, a2.yaxis.set_minor_formatter):  # 30, not 3 x 10^1
-        axis(FuncFormatter(lambda v, _: f"{v:g}"))
+    a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 30, not 3 x 10^1
+    lo, hi = a2.get_ylim()
+    if hi / max(lo, 1e-12) <= 30:  # within a decade or so the minor ticks carry the labels; beyond, clutter
+        a2.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    else:
+        from matplotlib.ticker import NullFormatter
+
+        a2.yaxis.set_minor_formatter(NullFormatter())
     a2.set_ylabel("TTFT p99 (s, log)")
     a1.legend(fontsize=7, frameon=False)
     a2.legend(fontsize=7, frameon=False)
