@@ -267,8 +267,9 @@ def report_main(argv: list[str]) -> int:
                                  "prefix (the client's change, the server's mechanism).",
                                  epilog="Other arguments are llama-server flags (default: the trace's flags; a "
                                         "session log has none: give the server's, e.g. -np 1 -c 8192).")
-    ap.add_argument("trace", help="a session log .jsonl (session_id, messages, tools, reply per line) or a trace "
-                                  "written by `slotlab proxy --record`")
+    ap.add_argument("trace", help="a session log .jsonl (session_id, messages, tools, reply per line), a trace "
+                                  "written by `slotlab proxy --record`, or a fleet run (`slotlab simulate TRACE "
+                                  "--fleet N --json > run.json`: server by server, --png its lanes)")
     ap.add_argument("--png", help="write the conversation timeline as a static picture (PNG) here")
     ap.add_argument("--json", action="store_true", help="print the bars as JSON")
     ap.add_argument("--memory", choices=("paper", "real"), default="paper",
@@ -277,6 +278,10 @@ def report_main(argv: list[str]) -> int:
     ap.add_argument("--no-advice", action="store_true", help="leave out what a stable client would have reused "
                     "and the advice (each a run of the whole session on paper)")
     args, flags = ap.parse_known_args(argv)
+    from slotlab.fleet.report import is_fleet_json
+
+    if is_fleet_json(args.trace):  # a fleet run (`slotlab simulate --fleet N --json`): server by server
+        return _fleet_report(args)
     ld = load(args.trace, flags=flags)
     tl, _ = run(ld, memory=args.memory)
     sw = None
@@ -296,5 +301,27 @@ def report_main(argv: list[str]) -> int:
 
         write_png(tl, args.png, title=f"slotlab report {Path(args.trace).name}"
                   + (f" ({' '.join(ld.flags)})" if ld.flags else ""))
+        print(f"wrote {args.png}", file=sys.stderr)
+    return 0
+
+
+def _fleet_report(args) -> int:
+    """`slotlab report run.json` on a fleet run: slotlab.fleet.report's lines, --json the run itself, --png
+    the lanes (slotlab.figures.fleet)."""
+    import sys
+
+    from slotlab.fleet import report as FR
+
+    d = FR.load_fleet(args.trace)
+    if args.json:
+        print(json.dumps({"servers": [{"server": s["server"], **s["totals"]} for s in d["servers"]],
+                          "fleet": d["fleet"], "totals": d["totals"]}, indent=1))
+    else:
+        print("\n".join(FR.lines(d)))
+    if args.png:
+        from slotlab.figures.fleet import write_png
+
+        write_png(d, args.png, title=f"slotlab report {Path(args.trace).name}: {d['fleet']['servers']} servers "
+                                     f"behind the {d['fleet']['router']} router")
         print(f"wrote {args.png}", file=sys.stderr)
     return 0

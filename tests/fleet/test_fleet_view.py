@@ -66,3 +66,26 @@ def test_png_and_html(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"wrote {png}" in err and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert "plotly" in page.read_text() and "why" not in err
+
+
+def test_report_reads_a_fleet_run(tmp_path, capsys, docs):
+    d = docs["session"]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(d))
+    png = tmp_path / "r.png"
+    assert main(["report", str(run), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "3 servers behind the session router" in out
+    for s in d["servers"]:
+        t = s["totals"]
+        assert f"server {s['server']}    {t['n_requests']} requests" in out
+        assert f"{100 * t['tokens_reused'] / t['prompt_tokens']:.1f} % of {t['prompt_tokens']:,}" in out
+        n = sum(1 for r in d["routing"] if r["server"] == s["server"])
+        assert n == t["n_requests"]
+    assert out.count("  routed    ") == 3 and "x session: blocks [..] hashes to server N" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"fleet": {}, "totals": {}}))
+    assert main(["report", str(bad)]) != 0
+    err = capsys.readouterr().err
+    assert "not a fleet run (missing servers, routing, results" in err and "Traceback" not in err
