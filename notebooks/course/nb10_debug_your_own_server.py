@@ -146,7 +146,7 @@ kinds = {k: (a, b) for a, b, k in st.slots[0].prov}
 assert kinds["checkpoint"] == (0, 207) and st.slots[0].divergence == 212
 display(panel_image(st))"""),
     md("""## 4. Every recorded log at once
-The same reading over all 31 recorded logs: the tokens lost by cause. These logs are the test fixtures
+The same reading over all 33 recorded logs: the tokens lost by cause. These logs are the test fixtures
 (tests/golden/traces/, recorded by tests/golden/record_traces.py), one scenario each, built to trigger
 one mechanism: the totals show which causes the reader recognises in a real server's log, not how often
 each happens in real traffic. Five distinct causes show in real logs;
@@ -165,9 +165,9 @@ print(f"{n_logs} llama-server logs")
 for cause, n in total.most_common():
     print(f"{cause:18} {n:6} tokens lost  in {len(set(per_cause[cause]))} logs, "
           f"e.g. {per_cause[cause][0]}")
-assert n_logs == 31
+assert n_logs == 33
 assert len(total) >= 4 and set(total) == {"no_checkpoint", "threshold", "checkpoint_early", "floor", "two_axis"}
-assert dict(total) == {"no_checkpoint": 5383, "checkpoint_early": 637, "threshold": 196, "two_axis": 66, "floor": 21}
+assert dict(total) == {"no_checkpoint": 5383, "checkpoint_early": 637, "threshold": 203, "two_axis": 66, "floor": 21}
 assert total.most_common(1)[0][0] == "no_checkpoint\""""),
     md("""As a picture (a log scale: `no_checkpoint` dwarfs the rest, yet each cause costs real requests):"""),
     code("""png.image(miss_figure.by_cause_figure(dict(total),

@@ -67,7 +67,7 @@ def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = 
     return rows
 
 
-def add_speed_args(ap, *, defaults: bool = False) -> None:
+def add_speed_args(ap) -> None:
     """The speed options every simulating command takes (simulate, a fleet, whatif)."""
     from slotlab.sim.gpus import GPUS
 
