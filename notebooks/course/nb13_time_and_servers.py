@@ -175,7 +175,7 @@ behind a real router.
 `slotlab whatif` runs the grid: fleet sizes, routers, and the smallest fleet that meets a TTFT target."""),
     code("""from slotlab.sim.whatif import run_grid, smallest_fleet
 
-TRACE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+TRACE = ROOT / "tests" / "sim" / "data" / "mooncake_conversation_trace.jsonl"  # the whole trace
 SP27 = gpus.speed_for(resolve_profile("gemma-3-27b"), "rtx-4090")
 BASE = ["-np", "4", "--cache-ram", "8192"]
 one = run_grid(str(TRACE), BASE, [("--fleet", ["1"])], speed=SP27, profile="gemma-3-27b", jobs=1)

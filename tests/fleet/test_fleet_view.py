@@ -10,8 +10,8 @@ from slotlab.cli import main
 from slotlab.figures.fleet import lane_data
 from slotlab.panel.fleet import FleetView, server_rows
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="the Mooncake trace is not in ../shared")
+DATA = Path(__file__).resolve().parents[1] / "sim" / "data" / "mooncake_conversation_trace.jsonl"
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="the whole Mooncake trace (tests/sim/data) is missing")
 ARGS = ["simulate", str(DATA), "--limit", "60", "--profile", "llama-3.1-8b", "-np", "2", "--cache-ram", "2048",
         "--fleet", "3"]
 

@@ -12,7 +12,7 @@ from slotlab.memory.profile import ModelProfile
 from slotlab.sim import gpus
 from slotlab.sim.cli import PROFILES, resolve_profile
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+DATA = Path(__file__).resolve().parent / "data" / "mooncake_conversation_trace.jsonl"
 SHIPPED = sorted(p.stem for p in PROFILES.glob("*.json"))
 
 
@@ -99,7 +99,7 @@ def test_a_profile_without_sizes_says_what_to_give():
         gpus.speed_for(p)
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="the Mooncake trace is not in ../shared")
+@pytest.mark.skipif(not DATA.exists(), reason="the whole Mooncake trace (tests/sim/data) is missing")
 def test_simulate_says_which_speed_it_uses(capsys):
     args = ["simulate", str(DATA), "--limit", "20", "-np", "2", "--profile", "gemma-3-27b", "--json"]
     assert main(args) == 0
@@ -115,7 +115,7 @@ def test_simulate_says_which_speed_it_uses(capsys):
     assert "warning: the weights" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="the Mooncake trace is not in ../shared")
+@pytest.mark.skipif(not DATA.exists(), reason="the whole Mooncake trace (tests/sim/data) is missing")
 @pytest.mark.parametrize("bad, says", [(["--gpu", "tpu-v9"], "unknown GPU class 'tpu-v9' (one of: rtx-4080"),
                                        (["--gpu", "h100-sxm", "--prefill-tps", "1", "--gen-tps", "1"], "give one"),
                                        (["--prefill-tps", "100"], "go together")])
