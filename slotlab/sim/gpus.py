@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GPU", "GPUS", "speed_for", "default_gpu", "weights_bytes", "fit_report", "UnknownGPU"]
+__all__ = ["GPU", "GPUS", "gpu", "speed_for", "default_gpu", "fit_note", "weights_bytes", "fit_report", "UnknownGPU"]
 
 QUANT_BPW = 4.9  # bits per weight of a Q4_K_M GGUF (Llama 3.1 8B Q4_K_M: 4.92 GB for 8.03 B weights)
 
