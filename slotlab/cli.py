@@ -557,14 +557,10 @@ def _whatif_proposals(args, base: list[str]) -> int:
     else:
         print("\n".join(PR.table_lines(rows)))
     if args.html or args.png:
-        from slotlab.figures import proposals as F
-        title = f"slotlab whatif --proposals {Path(args.trace).name}"
-        if args.html:
-            F.write_html(rows, args.html, title=title)
-            print(f"wrote {args.html}", file=sys.stderr)
-        if args.png:
-            F.write_png(rows, args.png, title=title)
-            print(f"wrote {args.png}", file=sys.stderr)
+        from slotlab.figures import proposals, write_outputs
+
+        write_outputs(proposals, rows, png=args.png, html=args.html,
+                      title=f"slotlab whatif --proposals {Path(args.trace).name}")
     return 0
 
 

@@ -308,8 +308,6 @@ def report_main(argv: list[str]) -> int:
 def _fleet_report(args) -> int:
     """`slotlab report run.json` on a fleet run: slotlab.fleet.report's lines, --json the run itself, --png
     the lanes (slotlab.figures.fleet)."""
-    import sys
-
     from slotlab.fleet import report as FR
 
     d = FR.load_fleet(args.trace)
@@ -319,9 +317,9 @@ def _fleet_report(args) -> int:
     else:
         print("\n".join(FR.lines(d)))
     if args.png:
-        from slotlab.figures.fleet import write_png
+        from slotlab.figures import fleet, write_outputs
 
-        write_png(d, args.png, title=f"slotlab report {Path(args.trace).name}: {d['fleet']['servers']} servers "
-                                     f"behind the {d['fleet']['router']} router")
-        print(f"wrote {args.png}", file=sys.stderr)
+        f = d["fleet"]
+        write_outputs(fleet, d, png=args.png,
+                      title=f"slotlab report {Path(args.trace).name}: {f['servers']} servers behind the {f['router']} router")
     return 0

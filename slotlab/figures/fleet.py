@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Lanes", "lane_data", "lanes_png", "lanes_plotly", "write_png", "write_html"]
+__all__ = ["Lanes", "as_doc", "lane_data", "lanes_png", "lanes_plotly", "write_png", "write_html"]
 
 
 @dataclass
@@ -36,12 +36,13 @@ class Lanes:
     n_failed: int
 
 
-def _doc(res) -> dict:
+def as_doc(res) -> dict:
+    """A `FleetResult` as the dict `simulate --fleet --json` prints (a dict is returned as it is)."""
     return res if isinstance(res, dict) else res.as_json()
 
 
 def lane_data(res) -> Lanes:
-    d = _doc(res)
+    d = as_doc(res)
     route = {r["i"]: r for r in d["routing"]}
     lanes = sorted({(route[r["i"]]["server"], r["id_slot"]) for r in d["results"]
                     if r.get("id_slot") is not None and r.get("id_slot", -1) >= 0})

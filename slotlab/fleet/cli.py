@@ -108,13 +108,8 @@ def fleet_main(argv: list[str]) -> int:
     else:
         print("\n".join(res.lines(limit=None if args.all else 50)))
     if args.png or args.html:
-        from slotlab.figures import fleet as F
+        from slotlab.figures import fleet, write_outputs
 
-        title = f"{Path(args.trace).name}: {res.n} servers behind the {res.router} router"
-        if args.png:
-            F.write_png(res, args.png, title=title)
-            print(f"wrote {args.png}", file=sys.stderr)
-        if args.html:
-            F.write_html(res, args.html, title=title)
-            print(f"wrote {args.html}", file=sys.stderr)
+        write_outputs(fleet, res, png=args.png, html=args.html,
+                      title=f"{Path(args.trace).name}: {res.n} servers behind the {res.router} router")
     return 0

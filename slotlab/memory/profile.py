@@ -45,6 +45,10 @@ class ProfileError(ModelError, ValueError):
 
 
 #: the fields every profile must give (the rest have llama.cpp's defaults)
+#: bits a weight of a Q4_K_M GGUF (Llama 3.1 8B Q4_K_M: 4.92 GB for 8.03 B weights): what a GGUF profile's
+#: n_params is estimated from (its file size) and what slotlab.sim.gpus sizes a JSON profile's weights at
+Q4_K_M_BITS_PER_WEIGHT = 4.9
+
 REQUIRED_FIELDS = ("architecture", "n_layer", "n_ctx_train", "n_vocab", "n_head_kv", "n_embd_head_k", "n_embd_head_v")
 
 
@@ -532,9 +536,9 @@ class ModelProfile:
         kv = read_gguf_kv(path)
         prof = cls.from_gguf_kv(kv, source=str(path))
         if key is not None:  # the speed estimates' sizes (slotlab.sim.gpus): the weights are about the file
-            # at Q4_K_M's 4.9 bits; an MoE runs expert_used_count of expert_count experts (its attention and
-            # shared parts counted as experts: an upper bound on what it saves)
-            n_params = st.st_size * 8 / 4.9
+            # at Q4_K_M's bits a weight; an MoE runs expert_used_count of expert_count experts (its attention
+            # and shared parts counted as experts: an upper bound on what it saves)
+            n_params = st.st_size * 8 / Q4_K_M_BITS_PER_WEIGHT
             arch = prof.architecture
             n_exp, n_used = int(kv.get(f"{arch}.expert_count", 0) or 0), int(kv.get(f"{arch}.expert_used_count", 0) or 0)
             active = n_params * n_used / n_exp if n_exp > 1 and 0 < n_used < n_exp else 0.0

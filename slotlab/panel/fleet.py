@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import html
 
+from slotlab.figures.fleet import as_doc
+
 __all__ = ["FleetView", "server_rows"]
-
-
-def _doc(res) -> dict:
-    return res if isinstance(res, dict) else res.as_json()
 
 
 def server_rows(res) -> list[dict]:
     """One row per server from the result's own totals (what the table shows)."""
     out = []
-    for s in _doc(res)["servers"]:
+    for s in as_doc(res)["servers"]:
         t = s["totals"]
         out.append({"server": s["server"], "requests": t["n_requests"],
                     "reused_pct": 100 * t["tokens_reused"] / t["prompt_tokens"] if t["prompt_tokens"] else 0.0,
@@ -51,7 +49,7 @@ class FleetView:
 
         from slotlab.figures.fleet import lanes_plotly
 
-        d = _doc(res)
+        d = as_doc(res)
         self.doc = d
         f = d["fleet"]
         t = d["totals"]

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slotlab.memory.profile import Q4_K_M_BITS_PER_WEIGHT
+
 __all__ = ["GPU", "GPUS", "gpu", "speed_for", "default_gpu", "fit_note", "weights_bytes", "fit_report", "UnknownGPU"]
 
-QUANT_BPW = 4.9  # bits per weight of a Q4_K_M GGUF (Llama 3.1 8B Q4_K_M: 4.92 GB for 8.03 B weights)
+QUANT_BPW = Q4_K_M_BITS_PER_WEIGHT  # the weights are sized as a Q4_K_M GGUF's
 
 GEN_SOURCE = ("https://pavlokhmel.com/llm_throughput_benchmark_on_13_gpus_and_10_models.html (2026-06-07): "
               "llama.cpp, one request, unsloth Q4_K_M GGUFs")
@@ -149,20 +151,25 @@ def fit_report() -> list[dict]:
 def weights_bytes(profile) -> tuple[float, float]:
     """(all weights, the weights one token reads) in bytes at `QUANT_BPW`; an MoE's active bytes count
     `MOE_FACTOR` times (its slower reads). Raises ValueError for a profile without parameter counts."""
-    n = float(getattr(profile, "n_params", 0) or 0)
+    n = float(profile.n_params or 0)
     if n <= 0:
         raise ValueError(f"profile {profile.name or profile.architecture} has no n_params: give --speed, "
                          "--prefill-tps / --gen-tps, or measure the server (slotlab calibrate --url)")
-    act = float(getattr(profile, "n_params_active", 0) or 0) or n
+    act = float(profile.n_params_active or 0) or n
     total = n * QUANT_BPW / 8
     return total, act * QUANT_BPW / 8 * (MOE_FACTOR if act < n else 1.0)
 
 
+def _holds(g: GPU, weights: float) -> bool:
+    """One GPU of class `g` holds `weights` bytes with 10 % to spare (the KV cache and buffers need room too)."""
+    return weights * 1.1 <= g.memory_gib * 2**30
+
+
 def default_gpu(profile) -> GPU:
-    """The smallest shipped GPU class whose memory holds the weights with 10 % to spare (the KV cache
-    and buffers need room too), the fastest of those of one size; the largest if none does."""
+    """The smallest shipped GPU class that holds the weights (`_holds`), the fastest of those of one
+    size; the largest if none does."""
     total, _ = weights_bytes(profile)
-    fits = [g for g in GPUS.values() if total * 1.1 <= g.memory_gib * 2**30]
+    fits = [g for g in GPUS.values() if _holds(g, total)]
     if not fits:
         return max(GPUS.values(), key=lambda g: (g.memory_gib, g.bandwidth_gbs))
     return min(fits, key=lambda g: (g.memory_gib, -g.bandwidth_gbs))
@@ -201,9 +208,8 @@ def speed_for(profile, gpu_name: str | None = None, n_ubatch: int = 512):
     m_last, tps_last = anchor["tps"][-1]
     flops = 2 * anchor["n_params_active"] * m_last / (m_last / tps_last - t_gen_anchor)
     flops *= g.int8_rate / GPUS[anchor["gpu"]].int8_rate
-    full = profile.layers(swa=False) if hasattr(profile, "layers") else []
-    n_head = int(getattr(profile, "n_head", 0) or 0)
-    t_ctx = 4 * n_head * profile.n_embd_head_k * len(full) / flops if n_head else 0.0
+    full = profile.layers(swa=False)
+    t_ctx = 4 * profile.n_head * profile.n_embd_head_k * len(full) / flops
     kv_full = sum(2 * profile.n_embd_k_gqa(il) for il in full)  # f16 K and V bytes a position
     t_kv = kv_full * b / 1e9
     name = (profile.name or profile.architecture).replace(" (published hyperparameters)", "")
@@ -219,9 +225,8 @@ def fit_note(profile, g: GPU) -> str:
     """'' when the weights fit one GPU of class `g` with 10 % to spare; else what does not fit and the
     smallest shipped class that holds them (the estimate still runs: a user may split the model)."""
     total, _ = weights_bytes(profile)
-    if total * 1.1 <= g.memory_gib * 2**30:
+    if _holds(g, total):
         return ""
     big = default_gpu(profile)
-    fits = total * 1.1 <= big.memory_gib * 2**30
     return (f"the weights ({total / 2**30:.1f} GiB at Q4_K_M) do not fit one {g.label}: the estimate assumes they "
-            "do" + (f" (the smallest class that holds them: --gpu {big.name})" if fits else ""))
+            "do" + (f" (the smallest class that holds them: --gpu {big.name})" if _holds(big, total) else ""))
