@@ -444,8 +444,15 @@ def _split_equal_rows(runs, seq: np.ndarray, n_ubatch: int, sequential: bool) ->
 
 def _split_equal_runs(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[int, np.ndarray]]]:
     """`split_equal` where every sequence has one run of rows (the batches the server builds: one token
-    per generating slot, a chunk per prompt): its rows are a..b, so "still has rows at or after the
-    run's start" is "not used up", decided on integers; the same ubatches as the general loop."""
+    per generating slot, a chunk per prompt): `split_equal_spans` as row indices."""
+    return [[(q, np.arange(i, i + k)) for q, i, k in ub] for ub in split_equal_spans(runs, n_ubatch, sequential)]
+
+
+def split_equal_spans(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[int, int, int]]]:
+    """`split_equal` where every sequence has one run of rows, runs given as (seq, start, end) in
+    row order: per ubatch its groups (seq, first row, rows). That a sequence's rows are a..b makes
+    "still has rows at or after the run's start" mean "not used up", decided on integers; the same
+    ubatches as the general loop (`_split_equal_rows`)."""
     cur = {q: a for q, a, _ in runs}
     n_left = sum(b - a for _, a, b in runs)
     out = []
@@ -466,9 +473,8 @@ def _split_equal_runs(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[
         k = min(min(b - cur[q] for q, b in chosen), max(1, n_ubatch // len(chosen)))
         ub = []
         for q, _ in chosen:
-            i = cur[q]
-            ub.append((q, np.arange(i, i + k)))
-            cur[q] = i + k
+            ub.append((q, cur[q], k))
+            cur[q] += k
         n_left -= k * len(chosen)
         out.append(ub)
     return out

@@ -19,7 +19,7 @@ from slotlab.errors import ConfigError, ShiftNotSupported
 from slotlab.memory.base import SEQ_RM_FULL, SEQ_RM_PART, Batch, MemoryInfo
 from slotlab.memory.paper.blob import PaperBlob
 from slotlab.memory.paper.cells import CountCache
-from slotlab.memory.paper.context import PaperContext, step_batch
+from slotlab.memory.paper.context import PaperContext, split_equal_spans, step_batch
 from slotlab.memory.paper.format import (IO_MAGIC, LLAMA_MAX_SEQ, STATE_SEQ_MAGIC, STATE_SEQ_VERSION, Source, pad)
 from slotlab.memory.paper.vocab import PaperSampler, PaperVocab, mix
 from slotlab.memory.profile import GGML_TYPES, ModelProfile
@@ -415,6 +415,8 @@ class PaperMemory:
         # continue each sequence pass the batch checks as plain ones do
         if (ctx.plain_kv or (ctx.kind == "hybrid" and not ctx.iswa)) and cache.spec.size >= self.n_ubatch:
             m = self._bulk_steps(ctx, cache, steps)
+        elif ctx.iswa and cache.spec.size >= self.n_ubatch and cache.spec.n_stream > 1:
+            m = self._bulk_steps(ctx, cache, steps, win=ctx.attn[1])
         batch = None
         if m < 0:  # step by step
             m = 0
@@ -459,53 +461,89 @@ class PaperMemory:
             need[st] = need.get(st, 0) + len(t)
         return all(k <= base.free(st) for st, k in need.items())
 
-    def _bulk_steps(self, ctx: PaperContext, cache: CountCache, steps) -> int:
-        """`advance_steps` on a count cache: -1 when the steps are not plain continuations (then the
-        caller decodes them one by one), else the steps applied (0: the first does not fit)."""
+    def _bulk_steps(self, ctx: PaperContext, cache: CountCache, steps, win=None) -> int:
+        """`advance_steps` on a count cache (and, with `win`, the window half of an iSWA pair whose
+        sequences each have a stream of their own): -1 when the steps are not plain continuations
+        (then the caller decodes them one by one; nothing was changed), else the steps applied (0: the
+        first does not fit).
+
+        The count cache refuses a step exactly when a stream lacks free cells for its rows (see
+        `PaperContext._unsplit`), and takes each sequence's rows in order whatever the split: its cells
+        are appended once, after the last step. The window half needs the split: each step's
+        ubatches (`split_equal_spans`, sequential, as `PaperContext._place` splits without
+        --kv-unified) are placed as its decode would place them (`CellCache.place_alone`), after the
+        step's count-cache check passed, as `_place` checks the full half first."""
         n_stream = cache.spec.n_stream
         n_seq, n_vocab = self.info.n_seq_max, self.n_vocab
-        free = [cache.free(st) for st in range(n_stream)]
         nxt: dict[int, int] = {}  # seq -> the position its next cell must have
-        parts: dict[int, list] = {}  # seq -> its token runs, in order
-        m = 0
-        for st in steps:
-            need = [0] * n_stream
+        start: dict[int, int] = {}  # seq -> the position of its first cell in the steps
+        for st in steps:  # checked before anything is written: -1 must leave the memory as it was
             for q, t, p0 in st:
                 if not 0 <= q < n_seq:
                     return -1
                 if q not in nxt:
                     pm = ctx.pos_max(q)
                     nxt[q] = pm + 1 if pm >= 0 else p0
-                    parts[q] = []
+                    start[q] = nxt[q]
                     if cache.pos_max(q) >= nxt[q]:
                         return -1  # (a hybrid memory's pos_max is its parts' smaller one)
+                    if win is not None and not win.seqs[win.stream_of(q)] <= {q}:
+                        return -1  # another sequence's cells in its window stream: the real decode
                 if p0 != nxt[q]:
                     return -1  # not position after position (the real decode may still take it)
-                need[cache.stream_of(q)] += len(t)
-            if any(k > f for k, f in zip(need, free)):
-                break  # prepare would fail here: the steps before it are applied
-            for q, t, p0 in st:
                 if len(t):
                     if isinstance(t, np.ndarray):
                         if n_vocab > 0 and (t.min() < 0 or t.max() >= n_vocab):
                             return -1
                     elif n_vocab > 0 and not all(0 <= x < n_vocab for x in t):
                         return -1
-                    parts[q].append(t)
                 nxt[q] = p0 + len(t)
+            if win is not None and len({q for q, _, _ in st}) != len(st):
+                return -1  # a sequence in two runs of one step: split_equal's general loop
+        free = [cache.free(st) for st in range(n_stream)]
+        parts: dict[int, list] = {q: [] for q in nxt}  # seq -> its token runs, in order
+        n_ub = self.n_ubatch
+        m = 0
+        for st in steps:
+            need = [0] * n_stream
+            for q, t, _ in st:
+                need[cache.stream_of(q)] += len(t)
+            if any(k > f for k, f in zip(need, free)):
+                break  # prepare would fail here: the steps before it are applied
+            if win is not None:
+                rows, a = [], 0
+                for q, t, _ in st:
+                    rows.append((q, a, a + len(t)))
+                    a += len(t)
+                run_of = {q: (np.asarray(t, dtype=np.int32), p0, a0) for (q, t, p0), (_, a0, _) in zip(st, rows)}
+                ubs = []
+                for ub in split_equal_spans(rows, n_ub, sequential=True):
+                    groups = []
+                    for q, i, k in ub:
+                        t, p0, a0 = run_of[q]
+                        o = i - a0
+                        groups.append((q, np.arange(p0 + o, p0 + o + k, dtype=np.int32), t[o:o + k]))
+                    ubs.append(groups)
+                if not win.place_alone(ubs):
+                    break  # find_slot fails in the window half: this decode changes nothing
+            for q, t, _ in st:
+                if len(t):
+                    parts[q].append(t)
             free = [f - k for k, f in zip(need, free)]
             m += 1
         if m == 0:
             return 0
+        ends = {}
         for q, ts in parts.items():
             if not ts:
                 continue
             toks = np.concatenate([np.asarray(t, dtype=np.int32) for t in ts])
-            p0 = nxt[q] - len(toks)
-            cache.seq_cells(q).extend(np.arange(p0, nxt[q], dtype=np.int32), toks, in_order=True)
+            p0 = start[q]
+            ends[q] = p0 + len(toks)
+            cache.seq_cells(q).extend(np.arange(p0, ends[q], dtype=np.int32), toks, in_order=True)
             cache.used[cache.stream_of(q)] += len(toks)
         if ctx.recr is not None:  # the recurrent part: each sequence's state ends at its last position
-            ctx.recr.commit({q: nxt[q] - 1 for q, ts in parts.items() if ts})
+            ctx.recr.commit({q: e - 1 for q, e in ends.items()})
         return m
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:

@@ -478,10 +478,26 @@ class CellCache:
                 self._apply(groups)
         return True
 
-    def _place_one(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray) -> bool:
+    def place_alone(self, ubatches) -> bool:
+        """`prepare` + `commit` of one decode whose every group is alone in its stream (`-np N` without
+        `--kv-unified`), the groups given as (seq, positions, tokens) per ubatch: placed as `prepare`
+        places them (ubatch by ubatch, groups by sequence), journaled; False, with everything undone,
+        when one does not fit. The simulator's prompt fast-forward (`PaperMemory.advance_steps`) calls
+        it per step, without building the step's batch arrays."""
+        self._begin()
+        for ub in ubatches:
+            for q, pos, tok in sorted(ub, key=lambda g: g[0]) if len(ub) > 1 else ub:
+                if not self._place_one(self.stream_of(q), q, pos, tok, run=True):
+                    self._rollback()
+                    return False
+        self._end()
+        return True
+
+    def _place_one(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray, run: bool = False) -> bool:
         """Find and apply the cells of one group in a stream that holds only sequence `q`'s cells
-        (False: find_slot fails; the caller rolls the decode back)."""
-        r = self._place_dense(s, q, pos, tok)
+        (False: find_slot fails; the caller rolls the decode back). `run`: `pos` is known to be
+        position after position (an arange)."""
+        r = self._place_dense(s, q, pos, tok, run)
         if r is not None:
             return r
         idxs = self._find_one(s, q, len(pos))
@@ -506,7 +522,7 @@ class CellCache:
             self.dense[s] = d
         return d
 
-    def _place_dense(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray) -> bool | None:
+    def _place_dense(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray, run: bool = False) -> bool | None:
         """`_find_one` + `_apply_one` with slices, for the layout a prompt or a generation leaves: the
         stream is empty or holds q's positions lo..hi each once (`_dense_of`), the group writes
         hi + 1 .. hi + n, and the n cells from the (possibly reset) head are all usable, so find_slot
@@ -538,7 +554,7 @@ class CellCache:
             head = 0
         if head >= size:
             head = 0  # find_slot's scan starts over at cell 0 (the ring order from a head at the end)
-        if n > 1 and not (pos[1:] - pos[:-1] == 1).all():
+        if n > 1 and not run and not (pos[1:] - pos[:-1] == 1).all():
             return None
         sq, ps = self.seq[s], self.pos[s]
         sw, t = self.spec.n_swa, self.spec.swa_type
@@ -573,9 +589,12 @@ class CellCache:
         mx = -1
         if n_occ:
             op = ps[nw][occ]
-            if not is_masked(t, sw, op, p0).all():
-                return None
             mx = int(op.max())
+            if t == "standard":  # masked at p0 (the group's first position) for all: the largest is
+                if p0 - mx < sw:
+                    return None
+            elif not is_masked(t, sw, op, p0).all():
+                return None
         self._write(s, nw, pos, q, tok, keep_dense=True)
         used += n - n_occ
         hi = p0 + n - 1
