@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable
 
 import numpy as np
@@ -63,23 +64,29 @@ class CacheSpec:
     v_trans: bool
     cell_ext: bool
 
-    @property
+    # the sizes below are asked for every state size (each RAM-cache save, checkpoint, slot file):
+    # computed once per spec (cached_property writes the instance dict, which a frozen dataclass allows)
+    @cached_property
     def meta_per_cell(self) -> int:
         return 4 + 4 + (12 if self.cell_ext else 0) + 4  # pos, n_seq_id, [ext], seq_id
 
-    @property
+    @cached_property
     def data_per_cell(self) -> int:
         return sum(l.k_row + (l.v_row if l.has_v else 0) for l in self.layers)
 
-    @property
+    @cached_property
     def data_header(self) -> int:
         return 8 + sum(12 + (12 if l.has_v else 0) for l in self.layers)
+
+    @cached_property
+    def _per_cell(self) -> int:
+        return self.meta_per_cell + self.data_per_cell
 
     def write_size(self, n_cells: int) -> int:
         """Bytes `state_write(io, seq_id)` writes when the sequence has `n_cells` cells in its stream."""
         n = 4 + 4 * self.n_stream
         if n_cells > 0:
-            n += n_cells * (self.meta_per_cell + self.data_per_cell) + self.data_header
+            n += n_cells * self._per_cell + self.data_header
         return n
 
     @property
