@@ -49,6 +49,9 @@ class CacheGlue:
         """The record as its event: the cache's fields, completed with what only the glue knows (an
         alloc's byte split and text head, a look-up's score table), make the kind's payload."""
         entry, kind = rec.entry, rec.kind
+        if self.hindsight is None and not self.emit.bus.wants(kind):
+            self.emit.bus.skip()  # nobody reads it: numbered, not built (a simulation's look-ups and loads)
+            return
         # events carry plain numbers (the cache computes in float32): only the cache's own fields can
         # be numpy floats (entry_json and scores_json make plain values), so only they are looked at,
         # as they are copied (this runs for every record: ~6 a request)

@@ -160,6 +160,10 @@ class EventBus:
         payload is costly to build asks first."""
         return self.only is None or kind in self.only
 
+    def skip(self) -> None:
+        """Number an event of a kind `wants` refused without building it (as `emit` numbers it)."""
+        self._n += 1
+
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call `fn(event)` for every future event; returns the unsubscribe function."""
         self._subs = self._subs + (fn,)
