@@ -67,6 +67,59 @@ _PROMPT = SlotState.PROCESSING_PROMPT
 _STARTED = SlotState.STARTED
 
 
+class Prechains:
+    """The placeholders the requests of a trace will generate, computed before they run, many at once.
+
+    A paper memory's placeholder is a function of the previous token, its position and the seed, so
+    request i, whose prompt of n tokens ends in token t, generates `chain(t, n - 1, seed, n_predict)`
+    whatever slot it runs in, as long as its positions simply continue. Those chains are computed
+    per block of `block` requests in one vectorized pass (`PaperVocab.chains`: ~60 ms for the 4.1 M
+    tokens of the Mooncake conversation trace, against ~2 s token by token) when the fast-forward first
+    needs one of the block, for the seed it then needs; the last few blocks are kept.
+
+    A chain is only ever used where it is provably the one the sampler gives: the start is checked
+    against the task's own prompt (last token, length), and every later use against the token the
+    slot holds at that position; anything else (another seed, a shifted context, a script, a chain
+    running past n_predict) is computed as before. So the tokens, and every decision, are unchanged."""
+
+    def __init__(self, vocab: PaperVocab, reqs, tail, block: int = 2048, keep: int = 3):
+        # tail(reqs[i]): (last prompt token, n_prompt, n_predict), or None where it is not known ahead
+        self.vocab, self.reqs, self.tail = vocab, reqs, tail
+        self.block, self.keep = block, keep
+        self._tails: dict[int, list] = {}  # block -> its requests' tails
+        self._blocks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def get(self, i: int, seed: int, last: int, n: int) -> np.ndarray | None:
+        """Request i's chain for `seed`, if its prompt ends in `last` and has `n` tokens (else None)."""
+        if not 0 <= i < len(self.reqs):
+            return None
+        c, j = divmod(i, self.block)
+        tails = self._tails.get(c)
+        if tails is None:
+            tails = self._tails[c] = [self.tail(q) for q in self.reqs[c * self.block:(c + 1) * self.block]]
+            while len(self._tails) > self.keep:
+                del self._tails[next(iter(self._tails))]
+        tl = tails[j]
+        if tl is None or tl[0] != last or tl[1] != n:
+            return None
+        key = (c, seed)
+        b = self._blocks.get(key)
+        if b is None:
+            ts = [t or (0, 1, 0) for t in tails]
+            b = self._blocks[key] = self.vocab.chains([t[0] for t in ts], [t[1] - 1 for t in ts], seed,
+                                                      [t[2] for t in ts])
+            while len(self._blocks) > self.keep:
+                del self._blocks[next(iter(self._blocks))]
+        out, starts = b
+        return out[starts[j]:starts[j] + tl[2]]
+
+
+def _probs(s) -> bool:
+    """The slot's request asks for token probabilities (process_token records them per token)."""
+    sp = getattr(s.task.params, "sampling", None)
+    return sp is not None and getattr(sp, "n_probs", 0) > 0
+
+
 class FastForward:
     """Fast-forwards the generation of `core` (a `ServerCore` on a `PaperMemory`); step time `dt_of(n, n_outputs)`
     for a decode of n tokens (the simulator's speed model)."""
@@ -83,11 +136,17 @@ class FastForward:
         self.ok = isinstance(self.mem, PaperMemory) and core.spec is None and self.mem.dft is None
         self.n_bulk = 0  # fast-forwards done
         self.n_steps = 0  # steps they covered
+        # the placeholders of the trace's requests computed ahead (`Prechains`), and the request index
+        # of a task (the simulator's); per task its chain once found: {task id: (task, chain, n) | None}
+        self.pre: Prechains | None = None
+        self.index_of = None
+        self._pre: dict[int, tuple | None] = {}
 
-    def _chains(self, gen, k: int) -> tuple[list | None, int]:
+    def _chains(self, gen, k: int, end: int = 0) -> tuple[list | None, int]:
         """Each generating slot's next `k` tokens, and how many steps they allow: the step that samples
-        an end-of-generation token ends its slot, so the fast-forward stops before it. None when a slot
-        has no chain (plain stepping handles it)."""
+        an end-of-generation token ends its slot, so the fast-forward stops before it (`end` = 1: at
+        it, the step that may end slots being the fast-forward's last). None when a slot has no chain
+        (plain stepping handles it)."""
         chains = []
         vocab = self.core.vocab
         # A PaperVocab's only end-of-generation id is `eog` (its is_eog compares with it), so the first
@@ -101,12 +160,12 @@ class FastForward:
             if ch is None:
                 return None, k
             if eog is not None:
-                if eog in ch:  # that step ends the slot: stop before it
-                    k = ch.index(eog)
+                if eog in ch:  # that step ends the slot: stop before it (or at it)
+                    k = min(k, ch.index(eog) + end)
             else:
                 for j, t in enumerate(ch):
                     if is_eog(t):
-                        k = j
+                        k = min(k, j + end)
                         break
             chains.append(ch)
         return chains, k
@@ -130,6 +189,10 @@ class FastForward:
             tok, pos = int(s.task.tokens[-1]), s.task.n_tokens - 1
         else:
             tok, pos = int(s.sampled), s.tokens.pos_next()
+        if script is None and self.pre is not None:
+            ch = self._prechain(s.task, tok, pos, int(base.seed) ^ self.mem.seed, k)
+            if ch is not None:
+                return ch
         n_script = 0 if script is None else max(0, min(k, len(script) - n0))
         out = [int(x) for x in script[n0:n0 + n_script]] if n_script else []
         if n_script:
@@ -137,9 +200,39 @@ class FastForward:
         # PaperMemory.vocab_gen(tok, pos, seed) = PaperVocab.generated(tok, pos, seed ^ mem.seed), k - n_script times
         return self.mem.gen_vocab.chain(tok, pos + n_script, int(base.seed) ^ self.mem.seed, k - n_script, out)
 
+    def _prechain(self, task, tok: int, pos: int, seed: int, k: int) -> list[int] | None:
+        """`chain(tok, pos, seed, k)` from the precomputed chain of `task`'s request, where it provably
+        is that: the chain G starts after the prompt's last token at n - 1, so G[j:j + k] is the
+        chain after token G[j - 1] (the prompt's last token for j = 0) at position n - 1 + j."""
+        e = self._pre.get(task.id, False)
+        if e is False:
+            e = None
+            i = self.index_of(task) if self.index_of is not None else None
+            if i is not None:
+                n = task.n_tokens
+                g = self.pre.get(i, seed, int(task.tokens[-1]), n)
+                if g is not None:
+                    e = (task, g, n, seed)
+            if len(self._pre) > 64:  # forget the finished tasks' chains
+                self._pre = {t: v for t, v in self._pre.items() if v is not None and not v[0].done}
+            self._pre[task.id] = e
+        if e is None or e[3] != seed:
+            return None
+        _, g, n, _ = e
+        j = pos - n + 1
+        if j < 0 or j + k > len(g) or (int(g[j - 1]) != tok if j else int(task.tokens[-1]) != tok):
+            return None
+        return g[j:j + k].tolist()
+
     def advance(self, now: float, next_arrival: float) -> tuple[int, float]:
         """Fast-forward from clock `now` if the server is only generating. Returns (steps done, the
-        clock after them); (0, now) when a plain step must run (nothing was changed)."""
+        clock after them); (0, now) when a plain step must run (nothing was changed).
+
+        A generation fast-forward may end with the step in which slots finish (n_predict, the context
+        limit, an end-of-generation token): that last step's tokens are accepted by the core itself
+        (`accept_token`, whose stop rules decide, then `send_final_response` and `release` for a
+        slot that stops, in slot order as `post_decode` runs them), so its tasks are done when this
+        returns."""
         core = self.core
         if not self.ok or core.tq.queue or core.tq.cancels:
             return 0, now
@@ -168,7 +261,10 @@ class FastForward:
             return self._advance_prompt(now, next_arrival, gen, prm, kmax)
         if prm:  # only slots about to start: the next step starts them
             return 0, now
-        if not b or kmax < self.min_steps or b > self.mem.n_batch:
+        if not b or b > self.mem.n_batch or any(_probs(s) for s in gen):
+            return 0, now
+        kend = kmax + 1  # steps up to and including the first that may end a slot (its stop rules run in the core)
+        if kend < self.min_steps:
             return 0, now
         # the clock: plain stepping adds dt per step and submits an arrival before the first step
         # whose starting clock has reached it
@@ -178,13 +274,13 @@ class FastForward:
         clocks = [now + dt]
         c = clocks[0]
         k = 1
-        while k < kmax and c < next_arrival:
+        while k < kend and c < next_arrival:
             c += self.dt_of(b, b, p0 + k * b, p0 + k * b) if p0 else dt
             clocks.append(c)
             k += 1
         if k < self.min_steps:
             return 0, now
-        chains, k = self._chains(gen, k)
+        chains, k = self._chains(gen, k, end=1)
         if chains is None:
             return 0, now
         if k < self.min_steps:
@@ -198,26 +294,33 @@ class FastForward:
         if m == 0:  # the first step would not fit in the KV pool: plain stepping handles it
             return 0, now
         k = m  # the memory applied m steps: the slots follow it
-        # the slots, as k times pre_decode (push the fed token) + post_decode (sample, accept_token)
+        # the slots, as k times pre_decode (push the fed token) + post_decode (sample, accept_token):
+        # the first k - 1 steps here (no slot ends in them), the last one's tokens through the core
         tnow = now_us()
         met = core.metrics
+        j = k - 1
         for c_, (s, ch) in enumerate(zip(gen, chains)):
             s.tokens.extend(feed[:k, c_])
-            toks = ch[:k]
-            st = s.stats
-            cb = s.task.on_token
-            if cb is None or cb is self.first_token_only:  # a generating slot has its first token
-                s.generated.extend(toks)
-            else:
-                for t in toks:  # process_token: record, then tell the listener
-                    s.generated.append(t)
-                    cb(s.task, t)
-            s.sampled = toks[-1]
-            st.n_gen += k
-            st.t_gen_last = tnow
+            if j:
+                toks = ch[:j]
+                st = s.stats
+                cb = s.task.on_token
+                if cb is None or cb is self.first_token_only:  # a generating slot has its first token
+                    s.generated.extend(toks)
+                else:
+                    for t in toks:  # process_token: record, then tell the listener
+                        s.generated.append(t)
+                        cb(s.task, t)
+                s.sampled = toks[-1]
+                st.n_gen += j
+                st.t_gen_last = tnow
             s.i_batch = -1
-        met.tokens_predicted_total += k * b
-        met.on_decode(core.slots, k)
+        met.tokens_predicted_total += j * b
+        met.on_decode(core.slots, k)  # (every slot still busy, as metrics_post_decode sees them)
+        for s, ch in zip(gen, chains):  # post_decode of the last step, in slot order
+            if not core.accept_token(s, ch[j]):
+                core.send_final_response(s)
+                core.release(s)
         core.emit(T.Decode(off=0, n_tokens=k * b, n_prompt=0, ms=(time.perf_counter() - t0) * 1e3, _steps=k), "")
         core.emit_snapshots()
         self.n_bulk += 1

@@ -42,7 +42,8 @@ import numpy as np
 
 from slotlab.engine import event_types as T
 from slotlab.proposals import active as active_proposals
-from slotlab.sim.fastforward import FastForward
+from slotlab.memory.paper import PaperVocab
+from slotlab.sim.fastforward import FastForward, Prechains
 from slotlab.sim.paper_replay import paper_engine
 from slotlab.sim.speed import SpeedModel
 from slotlab.sim.traces import SimTrace
@@ -279,6 +280,9 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     ff = FastForward(core, dt_of, first_token_only=on_token, copy_time=speed.copy_time) if fast else None
     if ff is not None:
         ff.ctx_cost = ctx_cost
+        if isinstance(mem.gen_vocab, PaperVocab):  # the requests' placeholders, computed ahead in bulk
+            ff.pre = Prechains(mem.gen_vocab, reqs, _tail)
+            ff.index_of = lambda task: (r.i if (r := by_task.get(task.id)) is not None else None)
     # hold-back (fast mode, requests without id_slot): a request that arrives while every slot is busy
     # is kept here instead of being posted and deferred; see _post_order
     hold = fast and not any("id_slot" in q.fields or q.action is not None for q in reqs)
@@ -353,6 +357,8 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
             for r in just_launched:
                 r.prompt_start = t0
             just_launched.clear()
+        running = [s.task for s in core.slots if s.task is not None]
+        k = 0
         if ff is not None:
             nxt = reqs[i].arrival if i < n else inf
             if hold and all(s.is_processing for s in core.slots):
@@ -364,28 +370,30 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
                     for r in pending_first.values():
                         r.first = c
                     pending_first.clear()
-                continue
-        running = [s.task for s in core.slots if s.task is not None]
-        decoded.clear()
-        decoded_out.clear()
-        decoded_ctx.clear()
-        decoded_kv.clear()
-        step()  # its process_new_tasks() finds the queue empty
-        dt = 0.0
-        if ctx_cost:
-            for nt, no, nc, nk in zip(decoded, decoded_out, decoded_ctx, decoded_kv):
-                dt += dt_of(nt, no, nc, nk)
-        else:
-            for nt, no in zip(decoded, decoded_out):
-                dt += dt_of(nt, no)
-        if mem.copied:  # checkpoints, RAM-cache saves and loads since the last step
-            dt += speed.copy_time(mem.copied)
-            mem.copied = 0
-        clock[0] = now + dt
-        if pending_first:
-            for r in pending_first.values():
-                r.first = clock[0]
-            pending_first.clear()
+                if all(not t.done for t in running):
+                    continue
+                # its last step ended slots: their tasks are done, recorded below as a plain step's
+        if not k:
+            decoded.clear()
+            decoded_out.clear()
+            decoded_ctx.clear()
+            decoded_kv.clear()
+            step()  # its process_new_tasks() finds the queue empty
+            dt = 0.0
+            if ctx_cost:
+                for nt, no, nc, nk in zip(decoded, decoded_out, decoded_ctx, decoded_kv):
+                    dt += dt_of(nt, no, nc, nk)
+            else:
+                for nt, no in zip(decoded, decoded_out):
+                    dt += dt_of(nt, no)
+            if mem.copied:  # checkpoints, RAM-cache saves and loads since the last step
+                dt += speed.copy_time(mem.copied)
+                mem.copied = 0
+            clock[0] = now + dt
+            if pending_first:
+                for r in pending_first.values():
+                    r.first = clock[0]
+                pending_first.clear()
         fin = False
         if actions:
             k = _answer_actions(actions, reqs, clock[0])
@@ -465,6 +473,18 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         totals["n_actions"] = len(acts)
         totals["action_errors"] = sum(1 for d in acts if d["status"] != 200)
     return SimResult(list(flags), results, totals, eng, wall_s=time.perf_counter() - wall0)
+
+
+def _tail(q) -> tuple[int, int, int] | None:
+    """(last prompt token, prompt length, n_predict) of a request whose placeholders can be computed
+    ahead (fastforward.Prechains): a prompt of token ids or blocks, a positive n_predict, no script."""
+    if q.action is not None or (q.output is not None and len(q.output)):
+        return None
+    k = q.fields.get("n_predict", q.n_predict)
+    if not isinstance(k, int) or k <= 0:
+        return None
+    t = q.tail()
+    return None if t is None else (t[0], t[1], k)
 
 
 def _post_order(held: "collections.deque[int]", new, n_idle: int) -> list[int]:

@@ -85,6 +85,19 @@ class SimRequest:
     sequential: bool = False  # no arrival (slotlab traces): posted after the earlier requests that `wait`
     wait: bool = True  # a later sequential request waits for this one's answer (slotlab traces' `wait`)
 
+    def tail(self) -> tuple[int, int] | None:
+        """(the prompt's last token, its length) without making the prompt where that is cheap (a
+        Mooncake request's is a function of its last key; token ids are read); None for a text or
+        empty prompt. The fast-forward's precomputed placeholders start there (fastforward.Prechains)."""
+        mk = self.make_tokens
+        if mk is not None:
+            t = getattr(mk, "tail", None)
+            return t() if t is not None else None
+        p = self.prompt
+        if p is None or isinstance(p, str) or not len(p):
+            return None
+        return int(p[-1]), len(p)
+
     def tokens(self, vocab=None) -> np.ndarray:
         if self.make_tokens is not None:
             return self.make_tokens()
@@ -149,6 +162,15 @@ def _mooncake_maker(hash_ids, n: int, lo: int, hi: int) -> Callable[[], np.ndarr
             x = np.concatenate([x, tail])
         return _mix_keys(x, lo, hi)
 
+    def tail() -> tuple[int, int] | None:  # make()[-1] and len(make()), from the last key alone
+        if n <= 0:
+            return None
+        nb = min(len(hash_ids), -(-n // BLOCK))
+        m = min(n, nb * BLOCK)
+        key = (_TAIL_ID * BLOCK + (n - m)) if n > m else int(hash_ids[(m - 1) // BLOCK]) * BLOCK + (m - 1) % BLOCK + 1
+        return int(_mix_keys(np.array([key & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64), lo, hi)[0]), n
+
+    make.tail = tail
     return make
 
 

@@ -109,6 +109,51 @@ class PaperVocab:
         return out
 
 
+    def chains(self, tokens, positions, seed: int, lengths) -> tuple[np.ndarray, np.ndarray]:
+        """Many chains at once: chain i is `chain(tokens[i], positions[i], seed, lengths[i])`, the
+        chains laid end to end in one int32 array; returns (that array, each chain's start in it).
+
+        Why: a chain is sequential in its own steps, but independent chains are not, so numpy steps
+        them all together (one pass per step of the longest, on the chains still running), in
+        uint64 arithmetic, whose wrap-around is the `& M64` of `generated`. The simulator computes
+        the placeholders of a whole trace's requests this way before they run (fastforward.py's
+        `Prechains`) instead of token by token in Python."""
+        ks = np.asarray(lengths, dtype=np.int64)
+        n = len(ks)
+        starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(ks, out=starts[1:])
+        out = np.empty(int(starts[-1]), dtype=np.int32)
+        if n == 0 or not len(out):
+            return out, starts[:-1]
+        order = np.argsort(-ks, kind="stable")  # longest first: the chains still running are a prefix
+        ks_o = ks[order]
+        dst = starts[:-1][order]
+        with np.errstate(over="ignore"):
+            tok = np.asarray(tokens, dtype=np.int64)[order].astype(np.uint64)
+            pt = (np.asarray(positions, dtype=np.int64)[order].astype(np.uint64) * np.uint64(0xD1B54A32D192ED03)
+                  + np.uint64((int(seed) * 0x8CB92BA72F3D8DD7 + 1) & M64))
+            A, B = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD1B54A32D192ED03)
+            C1, C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+            s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
+            lo, ng = np.uint64(self.gen_lo), np.uint64(self.n_generated)
+            live = n
+            for j in range(int(ks_o[0])):
+                while live and ks_o[live - 1] <= j:
+                    live -= 1
+                t, p = tok[:live], pt[:live]
+                x = t * A + p
+                x ^= x >> s30
+                x *= C1
+                x ^= x >> s27
+                x *= C2
+                x ^= x >> s31
+                t = lo + x % ng
+                tok[:live] = t
+                out[dst[:live] + j] = t
+                pt[:live] += B
+        return out, starts[:-1]
+
+
 class PaperSampler:
     """The `SlotSampler` of a paper memory: the placeholder after the sampled row's token and position
     (`PaperMemory.sample_row`), with the seed of the request (0 when greedy)."""
