@@ -1,23 +1,29 @@
-"""slotlab simulate against kvcache-simulator (PyPI 0.1.3, its pure-Python backend), one setting each,
-in the same run on the same traces: the ratio a user waits, per memory kind (issue 33).
+"""slotlab against kvcache-simulator (PyPI 0.1.3, its pure-Python backend), in the same run on the same
+traces: the ratio a user waits, per memory kind, for one setting, a 20-point grid and a fleet (issue 33).
 
-Per trace (the first 3,993 and all 12,031 requests of the Mooncake conversation trace) and per memory
-kind (llama-3.1-8b: full attention; gemma-3-27b: iSWA; qwen3.5-27b: hybrid) both run as whole
-processes, interleaved (kvcache-simulator, slotlab, slotlab, kvcache-simulator, ... with `--repeats`):
+Per trace (the first 3,993 and all 12,031 requests of the Mooncake conversation trace) both run as whole
+processes (start-up included), interleaved (A B C ..., then ... C B A, with `--repeats`):
 
-* kvcache-simulator: `kvcache-simulator run --trace T --model llama-3.1-8b --block-size 512
-  --budgets-gib 8 --policies lru --backend python --no-progress --format json` (one setting: one
-  budget, one policy; its cost does not depend on the model);
-* slotlab: `slotlab simulate T --profile P -np 4 --cache-ram 8192 --json --no-bounds` (one setting:
-  every decision of llama-server, on paper), and once more with the ideal-cache bounds it prints by
-  default (`bounds` column: slotlab's own LRU / FIFO / optimal / infinite and kvcache-simulator's
-  three rates at the same memory, the figures of slotlab.ideal).
+* one setting, per memory kind (llama-3.1-8b: full attention; gemma-3-27b: iSWA; qwen3.5-27b: hybrid):
+  kvcache-simulator `run --trace T --model llama-3.1-8b --block-size 512 --budgets-gib 8 --policies lru
+  --backend python --no-progress --format json` (its cost does not depend on the model) against slotlab
+  `simulate T --profile P -np 4 --cache-ram 8192 --json --no-bounds` (every decision of llama-server, on
+  paper), and once more with the ideal-cache bounds `simulate` prints by default (`+bounds`);
+* `--grid`: 20 settings each, two worker processes each: kvcache-simulator with ten budgets (0.5 to 64
+  GiB) x fifo, lru (`--jobs 2`) against `slotlab whatif T --vary "--cache-ram 0,1024,2048,4096,8192"
+  --vary "-np 1,2,4,8" --jobs 2 --json` (llama-3.1-8b);
+* `--fleet`: `slotlab simulate T --fleet 4 --router prefix -np 4 --cache-ram 8192 --json` (four servers
+  behind a prefix router, llama-3.1-8b) against kvcache-simulator's one setting.
 
-Printed: per row the median wall seconds of each side (whole process, start-up included) and
-slotlab / kvcache-simulator. The machine is shared: read the ratios, measured side by side.
+`--before PATH` also runs slotlab from another checkout (a worktree of the previous release, e.g.
+`git worktree add --detach /tmp/speed-before 4cb1964`) in every row, without bounds: the `before`
+column and after / before.
+
+Printed: per row the median wall seconds of each side and slotlab / kvcache-simulator. The machine is
+shared: read the ratios, measured side by side.
 
     python -m bench.vs_kvcache_simulator [--repeats N] [--configs llama-3.1-8b,...] [--traces 3993,12031]
-                                         [--json FILE]"""
+                                         [--grid] [--fleet] [--before PATH] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -39,19 +45,20 @@ CONFIGS = ("llama-3.1-8b", "gemma-3-27b", "qwen3.5-27b")
 BIN = Path(sys.executable).parent
 
 
-def _wall(cmd: list[str]) -> float:
+def _wall(cmd: list[str], root: Path = ROOT) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
     return time.perf_counter() - t0
 
 
-def kvsim_cmd(trace: Path) -> list[str]:
+def kvsim_cmd(trace: Path, grid: bool = False) -> list[str]:
+    budgets, policies, jobs = ("0.5,1,2,4,8,12,16,24,32,64", "fifo,lru", ["--jobs", "2"]) if grid else ("8", "lru", [])
     return [str(BIN / "kvcache-simulator"), "run", "--trace", str(trace), "--model", "llama-3.1-8b", "--block-size",
-            "512", "--budgets-gib", "8", "--policies", "lru", "--backend", "python", "--no-progress", "--format",
-            "json", "-o", os.devnull]
+            "512", "--budgets-gib", budgets, "--policies", policies, "--backend", "python", *jobs, "--no-progress",
+            "--format", "json", "-o", os.devnull]
 
 
 def slotlab_cmd(trace: Path, profile: str, bounds: bool) -> list[str]:
@@ -59,37 +66,67 @@ def slotlab_cmd(trace: Path, profile: str, bounds: bool) -> list[str]:
             "--cache-ram", "8192", "--json", *([] if bounds else ["--no-bounds"])]
 
 
+def grid_cmd(trace: Path) -> list[str]:
+    return [sys.executable, "-m", "slotlab.cli", "whatif", str(trace), "--profile", "llama-3.1-8b", "--vary",
+            "--cache-ram 0,1024,2048,4096,8192", "--vary", "-np 1,2,4,8", "--jobs", "2", "--json"]
+
+
+def fleet_cmd(trace: Path) -> list[str]:
+    return [sys.executable, "-m", "slotlab.cli", "simulate", str(trace), "--profile", "llama-3.1-8b", "--fleet", "4",
+            "--router", "prefix", "-np", "4", "--cache-ram", "8192", "--json"]
+
+
+def _row(n: int, name: str, sides: dict, repeats: int) -> dict:
+    """Each side's wall seconds over `repeats` interleaved rounds (the order reversed every other round)."""
+    walls: dict[str, list[float]] = {k: [] for k in sides}
+    for rep in range(repeats):
+        for k in (list(sides) if rep % 2 == 0 else list(reversed(sides))):
+            walls[k].append(_wall(*sides[k]))
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    kv = med["kvsim"]
+    cells = [f"{med[k]:>8.2f} {med[k] / kv:>5.1f}" for k in sides if k != "kvsim"]
+    extra = f" after/before {med['slotlab'] / med['before']:.2f}" if "before" in med else ""
+    print(f"{n:>6} {name:<16} {kv:>8.2f}  " + "  ".join(cells) + extra, flush=True)
+    return {"requests": n, "config": name, **walls, "load": os.getloadavg()[0]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--traces", default="3993,12031", help="request counts: the first N of the Mooncake trace")
+    ap.add_argument("--grid", action="store_true", help="also a 20-point grid each (two workers each)")
+    ap.add_argument("--fleet", action="store_true", help="also slotlab simulate --fleet 4 --router prefix")
+    ap.add_argument("--before", help="also run slotlab from this checkout (a worktree of the previous release)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     if not (BIN / "kvcache-simulator").exists():
         raise SystemExit("kvcache-simulator is not installed: pip install kvcache-simulator==0.1.3 (a dev dependency)")
+    before = Path(a.before).resolve() if a.before else None
     tmp = Path(tempfile.mkdtemp(prefix="vs-kvsim-"))
     lines = TRACE.read_text().splitlines(True)
     rows = []
-    print(f"{'trace':>6} {'config':<14} {'kvsim s':>8} {'slotlab s':>10} {'ratio':>6} {'+bounds s':>10} {'ratio':>6}")
+    print(f"load average {os.getloadavg()[0]:.1f}; columns: kvcache-simulator s, then per slotlab side its s and "
+          "its ratio to kvcache-simulator (slotlab, [+bounds,] [before])")
     for n in [int(x) for x in a.traces.split(",")]:
         tr = tmp / f"mooncake_{n}.jsonl"
         tr.write_text("".join(lines[:n]))
-        for cfg in a.configs.split(","):
-            kv, sl, sb = [], [], []
-            for rep in range(a.repeats):
-                order = ("k", "s", "b") if rep % 2 == 0 else ("b", "s", "k")
-                for side in order:
-                    if side == "k":
-                        kv.append(_wall(kvsim_cmd(tr)))
-                    elif side == "s":
-                        sl.append(_wall(slotlab_cmd(tr, cfg, False)))
-                    else:
-                        sb.append(_wall(slotlab_cmd(tr, cfg, True)))
-            k, s, b = statistics.median(kv), statistics.median(sl), statistics.median(sb)
-            rows.append({"requests": n, "config": cfg, "kvsim": kv, "slotlab": sl, "slotlab_bounds": sb,
-                         "load": os.getloadavg()[0]})
-            print(f"{n:>6} {cfg:<14} {k:>8.2f} {s:>10.2f} {s / k:>6.1f} {b:>10.2f} {b / k:>6.1f}", flush=True)
+        for cfg in [c for c in a.configs.split(",") if c]:
+            sides = {"kvsim": (kvsim_cmd(tr),), "slotlab": (slotlab_cmd(tr, cfg, False),),
+                     "slotlab_bounds": (slotlab_cmd(tr, cfg, True),)}
+            if before is not None:
+                sides["before"] = (slotlab_cmd(tr, cfg, False), before)
+            rows.append(_row(n, cfg, sides, a.repeats))
+        if a.grid:
+            sides = {"kvsim": (kvsim_cmd(tr, grid=True),), "slotlab": (grid_cmd(tr),)}
+            if before is not None:
+                sides["before"] = (grid_cmd(tr), before)
+            rows.append(_row(n, "grid of 20", sides, a.repeats))
+        if a.fleet:
+            sides = {"kvsim": (kvsim_cmd(tr),), "slotlab": (fleet_cmd(tr),)}
+            if before is not None:
+                sides["before"] = (fleet_cmd(tr), before)
+            rows.append(_row(n, "fleet of 4", sides, a.repeats))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0

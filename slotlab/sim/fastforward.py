@@ -18,7 +18,13 @@ does k of them in one go:
 
 k is the largest number of steps such that, stepped one by one, none of them would submit an arrival
 (the clock before each stays below the next arrival), finish a slot (n_predict reached, context limit,
-an end-of-generation token) or hit a full KV pool.
+an end-of-generation token) before the last of them, or hit a full KV pool. The last step may finish
+slots: its tokens are accepted by the core itself (`accept_token`'s stop rules, then
+`send_final_response` and `release`, slot by slot as `post_decode` runs them).
+
+The placeholders come from `Prechains` where it has them: every request's chain computed before it
+runs, many requests at a time in numpy (`PaperVocab.chains`), used only where the start and the
+token at the position are checked to be the sampler's.
 
 Prompts too (`_advance_prompt`): once a slot has started its prompt (the step that enters it,
 `_start_prompt` with its cache and checkpoint decisions, is a plain one), its further `-b` chunks
@@ -36,7 +42,7 @@ the slot makes checkpoints), and
 `PaperMemory.advance_steps` applies the batches. Each chunk emits its `prompt_seq_rm` / `prompt_batch`
 as `_process_prompt` does.
 
-The step that ends a slot, and every step with a starting prompt, a queued task, a stop word,
+The step that ends a slot beside a prompt being processed, and every step with a starting prompt, a queued task, a stop word,
 speculative decoding, a sampler it does not know or state copied since the last step (its time is
 charged to the next plain step), is left to the plain `ServerCore.step()`. So every decision is the
 plain stepping's (tests/sim/test_fastforward.py and test_prompt_bulk.py compare both modes request

@@ -340,3 +340,22 @@ def test_split_equal_on_one_run_per_sequence_is_the_general_split(sequential):
         got = split_equal(runs, seq, n_ubatch, sequential)
         want = _split_equal_rows(runs, seq, n_ubatch, sequential)
         assert [[(q, r.tolist()) for q, r in ub] for ub in got] == [[(q, r.tolist()) for q, r in ub] for ub in want]
+
+
+@pytest.mark.parametrize("n_vocab, n_generated", [(262144, 4096), (128256, 4096), (1000, 250), (50, 12)])
+def test_chains_are_chain_for_each(n_vocab, n_generated):
+    """`PaperVocab.chains` (numpy, many chains at once: what the simulator's fast-forward computes a
+    trace's placeholders with) gives each chain exactly as `chain` steps it token by token, for a
+    power-of-two placeholder range (the mask path) and others (the modulo path), any seed, lengths 0+."""
+    v = PaperVocab(n_vocab, n_generated)
+    rng = np.random.default_rng(n_vocab)
+    toks = rng.integers(0, n_vocab, 200).tolist()
+    poss = rng.integers(0, 300_000, 200).tolist()
+    ks = rng.integers(0, 60, 200).tolist()
+    for seed in (0, 1, 0xFFFFFFFF, 0x5EED ^ 0xDEADBEEF):
+        out, starts = v.chains(toks, poss, seed, ks)
+        assert out.dtype == np.int32 and len(out) == sum(ks)
+        for t, p, k, s in zip(toks, poss, ks, starts):
+            assert out[s:s + k].tolist() == v.chain(t, p, seed, k)
+    out, starts = v.chains([], [], 0, [])
+    assert len(out) == 0 and len(starts) == 0

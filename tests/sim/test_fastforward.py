@@ -111,3 +111,51 @@ def test_fast_forward_under_kv_pressure_and_limits():
     kinds = [d[0] for d in plain[1]]
     assert "purge" in kinds or "decode_retry" in kinds  # the pool did run out
     assert fast[0].totals["fast_forward_steps"] > 0
+
+
+def test_a_mooncake_prompts_tail_without_making_it():
+    """`SimRequest.tail()` (where the precomputed placeholders start) is the made prompt's last token
+    and length, for every request of the slice (blocks cut short, prompts longer than their blocks)."""
+    tr = load_mooncake(DATA, limit=500)
+    for q in tr.requests:
+        t = q.tokens()
+        assert q.tail() == (int(t[-1]), len(t))
+    assert SimRequest(arrival=0.0, n_prompt=3, n_predict=4, prompt=np.array([5, 6, 7], np.int32)).tail() == (7, 3)
+    assert SimRequest(arrival=0.0, n_prompt=0, n_predict=4, prompt="text").tail() is None
+
+
+def test_precomputed_placeholders_are_used_only_where_provable():
+    """`Prechains` gives request i's chain only for the prompt it was computed from (last token and
+    length), and the fast-forward only where the slot's token at the position is the chain's: any
+    other start is refused (None), so the caller computes it token by token."""
+    from slotlab.sim.fastforward import FastForward, Prechains
+
+    v = PaperVocab(PROFILE.n_vocab)
+    tr = load_mooncake(DATA, limit=20)
+    pre = Prechains(v, tr.requests, lambda q: (*q.tail(), q.n_predict), block=8)
+    q = tr.requests[11]
+    last, n = q.tail()
+    g = pre.get(11, 3, last, n)
+    assert g.tolist() == v.chain(last, n - 1, 3, q.n_predict)
+    assert pre.get(11, 3, last + 1, n) is None and pre.get(11, 3, last, n + 1) is None and pre.get(99, 3, last, n) is None
+
+    class Task:
+        id, done, n_tokens = 5, False, n
+        tokens = q.tokens()
+
+    ff = FastForward.__new__(FastForward)
+    ff.pre, ff.index_of, ff._pre = pre, lambda task: 11, {}
+    assert ff._prechain(Task, last, n - 1, 3, 4) == g[:4].tolist()  # the first tokens, after the prompt
+    assert ff._prechain(Task, int(g[9]), n + 9, 3, 5) == g[10:15].tolist()  # mid-way: token at its position
+    assert ff._prechain(Task, int(g[9]) ^ 1, n + 9, 3, 5) is None  # another token there
+    assert ff._prechain(Task, int(g[9]), n + 10, 3, 5) is None  # ... or at another position (a shift)
+    assert ff._prechain(Task, int(g[9]), n + 9, 4, 5) is None  # another seed
+    assert ff._prechain(Task, int(g[-2]), n + len(g) - 2, 3, 5) is None  # past n_predict
+
+
+def test_one_plain_step_a_request():
+    """The fast-forward covers the step that ends a slot (beside generation only): on the Mooncake slice
+    the plain steps are about one a request (the step that starts its prompt), not two."""
+    res = simulate(load_mooncake(DATA), "-np 4 --cache-ram 8192", speed=SPEED, profile=PROFILE, hindsight=False)
+    t = res.totals
+    assert t["n_steps"] - t["fast_forward_steps"] < 1.25 * t["n_requests"]

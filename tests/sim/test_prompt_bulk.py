@@ -64,11 +64,11 @@ def _steps(rng, have: list[int], n_steps: int, gen: list[int], prompt: list[int]
 @pytest.mark.parametrize("profile, kw, gen, prompt", [
     ("llama", dict(n_ctx=4096, n_slots=3), [0, 2], [1]),  # a stream per sequence: bulk path
     ("llama", dict(n_ctx=2048, n_slots=3, kv_unified=True, n_batch=256, n_ubatch=256), [1], [0, 2]),  # fills up
-    ("gemma", dict(n_ctx=4096, n_slots=2), [1], [0]),  # sliding window: step by step
+    ("gemma", dict(n_ctx=4096, n_slots=2), [1], [0]),  # sliding window, a stream per sequence: bulk window path
     ("gemma", dict(n_ctx=2048, n_slots=2), [0], [1]),  # ... where the full half fills up
     ("gpt-oss-20b", dict(n_ctx=8192, n_slots=3), [0, 2], [1]),  # a 128-token window: reuse and purges
     ("gpt-oss-20b", dict(n_ctx=8192, n_slots=3, n_batch=512, n_ubatch=64), [2], [0, 1]),  # many ubatches a step
-    ("gemma", dict(n_ctx=4096, n_slots=2, swa_full=True, kv_unified=True), [0], [1]),
+    ("gemma", dict(n_ctx=4096, n_slots=2, swa_full=True, kv_unified=True), [0], [1]),  # one stream: step by step
 ])
 def test_advance_steps_is_decode_after_decode(profile, kw, gen, prompt):
     prof = {"llama": LLAMA, "gemma": ModelProfile.default()}.get(profile) or \
