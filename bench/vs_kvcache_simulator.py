@@ -22,8 +22,13 @@ column and after / before.
 Printed: per row the median wall seconds of each side and slotlab / kvcache-simulator. The machine is
 shared: read the ratios, measured side by side.
 
+`--synthetic 20000,100000`: the same rows on synthetic Mooncake-format traces of that many requests
+(`synthetic`: shared system prompts, growing conversations; traces slotlab has never seen), to see
+whether the cost per request stays flat as traces grow.
+
     python -m bench.vs_kvcache_simulator [--repeats N] [--configs llama-3.1-8b,...] [--traces 3993,12031]
-                                         [--grid] [--fleet] [--before PATH] [--json FILE]"""
+                                         [--synthetic 20000,100000] [--grid] [--fleet] [--before PATH]
+                                         [--json FILE]"""
 
 from __future__ import annotations
 
@@ -76,6 +81,46 @@ def fleet_cmd(trace: Path) -> list[str]:
             "--router", "prefix", "-np", "4", "--cache-ram", "8192", "--json"]
 
 
+def synthetic(n: int, seed: int = 33) -> list[str]:
+    """A Mooncake-format trace of `n` requests slotlab has never seen (issue 33's proof: timed on traces
+    it has not seen): conversations that share one of 24 system prompts (2-12 blocks, Zipf-like), each
+    turn's hash_ids its conversation's so far plus 1-6 new blocks (the reply and the next message), the
+    last block cut short; replies log-normal around 300 tokens; a new conversation 40 % of the time
+    (else a turn of one of the 64 most recent), Poisson arrivals at 3.4 a second (the conversation
+    trace's rate)."""
+    import random
+
+    rng = random.Random(seed)
+    nxt = [0]
+
+    def fresh(k: int) -> list[int]:
+        ids = list(range(nxt[0], nxt[0] + k))
+        nxt[0] += k
+        return ids
+
+    systems = [fresh(rng.randint(2, 12)) for _ in range(24)]
+    weights = [1 / (i + 1) for i in range(len(systems))]
+    live: list[list[int]] = []
+    t = 0.0
+    out = []
+    for _ in range(n):
+        t += rng.expovariate(3.4)
+        if not live or rng.random() < 0.4:
+            h = list(rng.choices(systems, weights)[0]) + fresh(rng.randint(1, 4))
+            live.append(h)
+            live[:] = live[-64:]
+        else:
+            h = rng.choice(live)
+            h += fresh(rng.randint(1, 6))
+        if len(h) > 60:  # a conversation past ~30k tokens ends; its slot in `live` starts a new one
+            h[:] = list(rng.choices(systems, weights)[0]) + fresh(2)
+        inp = len(h) * 512 - rng.randint(0, 511)
+        outl = max(1, min(2000, int(rng.lognormvariate(5.5, 0.8))))
+        out.append(json.dumps({"timestamp": int(t * 1000), "input_length": inp, "output_length": outl,
+                               "hash_ids": list(h)}) + "\n")
+    return out
+
+
 def _row(n: int, name: str, sides: dict, repeats: int) -> dict:
     """Each side's wall seconds over `repeats` interleaved rounds (the order reversed every other round)."""
     walls: dict[str, list[float]] = {k: [] for k in sides}
@@ -95,6 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--traces", default="3993,12031", help="request counts: the first N of the Mooncake trace")
+    ap.add_argument("--synthetic", default="", help="request counts of synthetic traces (never seen), e.g. 20000,100000")
     ap.add_argument("--grid", action="store_true", help="also a 20-point grid each (two workers each)")
     ap.add_argument("--fleet", action="store_true", help="also slotlab simulate --fleet 4 --router prefix")
     ap.add_argument("--before", help="also run slotlab from this checkout (a worktree of the previous release)")
@@ -108,9 +154,13 @@ def main(argv=None) -> int:
     rows = []
     print(f"load average {os.getloadavg()[0]:.1f}; columns: kvcache-simulator s, then per slotlab side its s and "
           "its ratio to kvcache-simulator (slotlab, [+bounds,] [before])")
-    for n in [int(x) for x in a.traces.split(",")]:
-        tr = tmp / f"mooncake_{n}.jsonl"
-        tr.write_text("".join(lines[:n]))
+    todo = [(int(x), "mooncake") for x in a.traces.split(",") if x] + [(int(x), "synthetic")
+                                                                     for x in a.synthetic.split(",") if x]
+    for n, kind in todo:
+        tr = tmp / f"{kind}_{n}.jsonl"
+        tr.write_text("".join(lines[:n] if kind == "mooncake" else synthetic(n)))
+        if kind == "synthetic":
+            print(f"synthetic trace of {n} requests:", flush=True)
         for cfg in [c for c in a.configs.split(",") if c]:
             sides = {"kvsim": (kvsim_cmd(tr),), "slotlab": (slotlab_cmd(tr, cfg, False),),
                      "slotlab_bounds": (slotlab_cmd(tr, cfg, True),)}
