@@ -144,6 +144,9 @@ class FastForward:
         self.n_steps = 0  # steps they covered
         # the placeholders of the trace's requests computed ahead (`Prechains`), and the request index
         # of a task (the simulator's); per task its chain once found: {task id: (task, chain, n) | None}
+        # the clock at which the last generation fast-forward's last step started: a request that arrived
+        # by then was deferred by the server before that step (the simulator holds it: see simulate)
+        self.last_start = 0.0
         self.pre: Prechains | None = None
         self.index_of = None
         self._pre: dict[int, tuple | None] = {}
@@ -331,6 +334,7 @@ class FastForward:
         core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k
+        self.last_start = clocks[k - 2] if k > 1 else now
         return k, clocks[k - 1]
 
     def _checkpoint_step(self, adds, ck) -> None:

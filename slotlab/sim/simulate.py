@@ -372,7 +372,14 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
                     pending_first.clear()
                 if all(not t.done for t in running):
                     continue
-                # its last step ended slots: their tasks are done, recorded below as a plain step's
+                # its last step ended slots: their tasks are done, recorded below as a plain step's.
+                # A request that arrived by the start of that step met every slot busy (the fast-
+                # forward runs past arrivals only then): the server deferred it before the step, so
+                # it is held now, as the plain step's iteration would have held it, not new
+                if hold:
+                    while i < n and reqs[i].arrival <= ff.last_start:
+                        held.append(i)
+                        i += 1
         if not k:
             decoded.clear()
             decoded_out.clear()

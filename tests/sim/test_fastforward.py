@@ -159,3 +159,23 @@ def test_one_plain_step_a_request():
     res = simulate(load_mooncake(DATA), "-np 4 --cache-ram 8192", speed=SPEED, profile=PROFILE, hindsight=False)
     t = res.totals
     assert t["n_steps"] - t["fast_forward_steps"] < 1.25 * t["n_requests"]
+
+
+def test_requests_deferred_before_the_step_that_frees_slots():
+    """Two slots finish in the same step, which a fast-forward covers, while requests that arrived
+    during the generation wait: the server deferred each when it arrived (every slot busy), so they
+    come back newest first, ahead of anything arriving during that last step. Fast and plain stepping
+    give every request the same slot (issue 33: the fast-forwarded final step once posted them as new
+    arrivals, oldest first, and swapped their slots)."""
+    def trace(seed):
+        rng = np.random.default_rng(seed)
+        reqs = []
+        for i, (t, n_out) in enumerate([(0.0, 60), (0.0, 60), (0.1, 40), (0.3, 40), (0.5, 30), (2.5, 20),
+                                        (2.6, 20), (2.7, 20), (2.8, 20)]):
+            toks = rng.integers(10, 100_000, 300 if i < 2 else int(rng.integers(100, 900))).astype(np.int32)
+            reqs.append(SimRequest(arrival=t, n_prompt=len(toks), n_predict=n_out, prompt=toks))
+        return SimTrace(flags=[], requests=reqs)
+
+    for seed in (11, 12, 13):
+        rp, rf = _compare(lambda: trace(seed), "-np 2 -c 8192")
+        assert [r["id_slot"] for r in rp.results] == [r["id_slot"] for r in rf.results]
