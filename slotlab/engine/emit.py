@@ -20,6 +20,11 @@ class Emitter:
 
     def __call__(self, payload: Payload, message: str = "", *, level: str = "TRC", slot: Any = None,
                  task: int | None = None):
+        bus = self.bus
+        only = bus.only
+        if only is not None and payload.KIND not in only:  # refused: numbered, as emit would (no slot or task)
+            bus.skip()
+            return None
         sid = slot if isinstance(slot, int) else (-1 if slot is None else slot.id)
         if task is None:
             s = self.slots[sid] if sid >= 0 else None

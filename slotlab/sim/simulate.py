@@ -264,6 +264,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
         # nobody reads the other events (no log kept, no listener, no explainer, no hindsight): only
         # the kinds on_event folds are built; the decisions do not read events
         eng.events.only = frozenset({T.TASK_LAUNCHED, T.CACHE_ALLOC, T.CACHE_EVICT, T.SLOT_CLEAR, T.CACHE_DISK_LOAD})
+        core.response_text = False  # nor the responses' text: the report keeps counts (_summary)
     pending_first: dict[int, _Rec] = {}
 
     def on_token(task, tok) -> None:
