@@ -166,6 +166,45 @@ def test_cache_reuse_plan_is_the_server_chunk_loop():
     assert plan_cache_reuse(cache, prompt, 3, 4) == []  # chunk shorter than --cache-reuse
 
 
+def _server_chunk_loop(cache, prompt, n_past, n_reuse):
+    """SC:3218-3266 as the server writes it: every cached position tried in turn."""
+    shifts, head_c, head_p = [], n_past, n_past
+    while head_c < len(cache) and head_p < len(prompt):
+        n_match = 0
+        while (head_c + n_match < len(cache) and head_p + n_match < len(prompt)
+               and cache[head_c + n_match] == prompt[head_p + n_match]):
+            n_match += 1
+        if n_match >= n_reuse:
+            shifts.append(Shift(head_c, head_c + n_match, head_p, head_p + n_match))
+            head_c += n_match
+            head_p += n_match
+        else:
+            head_c += 1
+    return shifts
+
+
+@pytest.mark.parametrize("alphabet", [2, 3, 8, 1000])
+def test_cache_reuse_plan_skips_to_the_candidates_as_the_server_would_walk(alphabet):
+    """plan_cache_reuse jumps to the cached positions whose token is the prompt's head (the server tries
+    each position in turn): the same moves as the server's loop on prompts made of small alphabets
+    (many candidates, repeated runs), of moved chunks with edits, and at the ends."""
+    rng = np.random.default_rng(alphabet)
+    for _ in range(300):
+        n = int(rng.integers(0, 80))
+        cache = rng.integers(0, alphabet, n).astype(np.int32)
+        if n and rng.random() < 0.7:  # the prompt: chunks of the cache, reordered and edited
+            cut = sorted(rng.integers(0, n, 4).tolist())
+            parts = [cache[a:b] for a, b in zip([0] + cut, cut + [n])]
+            rng.shuffle(parts)
+            prompt = np.concatenate(parts + [rng.integers(0, alphabet, int(rng.integers(0, 9)))]).astype(np.int32)
+            prompt[rng.integers(0, len(prompt), int(rng.integers(0, 4)))] = alphabet
+        else:
+            prompt = rng.integers(0, alphabet, int(rng.integers(0, 80))).astype(np.int32)
+        n_past = int(rng.integers(0, min(len(cache), len(prompt)) + 1))
+        for n_reuse in (1, 2, 3, 5, 16):
+            assert plan_cache_reuse(cache, prompt, n_past, n_reuse) == _server_chunk_loop(cache, prompt, n_past, n_reuse)
+
+
 def test_cache_reuse_shifts_kv_on_a_shifting_memory():
     e = eng("-np 1 -c 4096 --cache-ram 0 --cache-reuse 4", n_slots=1)
     a, b, c = "AAAA system part. ", "BBBB an inserted chunk that goes away. ", "CCCC the long tail that comes back intact."
