@@ -142,11 +142,11 @@ class FastForward:
         self.ok = isinstance(self.mem, PaperMemory) and core.spec is None and self.mem.dft is None
         self.n_bulk = 0  # fast-forwards done
         self.n_steps = 0  # steps they covered
-        # the placeholders of the trace's requests computed ahead (`Prechains`), and the request index
-        # of a task (the simulator's); per task its chain once found: {task id: (task, chain, n) | None}
         # the clock at which the last generation fast-forward's last step started: a request that arrived
         # by then was deferred by the server before that step (the simulator holds it: see simulate)
         self.last_start = 0.0
+        # the placeholders of the trace's requests computed ahead (`Prechains`), and the request index
+        # of a task (the simulator's); per task its chain once found: {task id: (task, chain, n, seed) | None}
         self.pre: Prechains | None = None
         self.index_of = None
         self._pre: dict[int, tuple | None] = {}
