@@ -61,6 +61,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from slotlab.errors import TraceError
+from slotlab.memory.paper.vocab import M64
 
 __all__ = ["SimRequest", "SimTrace", "TraceError", "block_tokens", "load_sim_trace", "load_mooncake", "load_sessions",
            "session_log_header",
@@ -147,14 +148,13 @@ def _mix_keys(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 def _mix_key(key: int, lo: int, hi: int) -> int:
     """`_mix_keys` of one key, on Python integers (a numpy call costs more than the arithmetic)."""
-    x = (key * 0x9E3779B97F4A7C15) & _M64
+    x = (key * 0x9E3779B97F4A7C15) & M64
     x ^= x >> 29
-    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x = (x * 0xBF58476D1CE4E5B9) & M64
     x ^= x >> 32
     return lo + x % (hi - lo)
 
 
-_M64 = (1 << 64) - 1
 _OFFSETS = np.arange(1, BLOCK + 1, dtype=np.uint64)  # offset + 1 within a block
 _TAIL_ID = -1 & 0x7FFFFFFFFFFF  # the block id of tokens beyond the last hash id
 
