@@ -13,10 +13,12 @@ Each side runs `simulate` as `slotlab simulate` without `--why` does: without hi
 checkout has it (engine/hindsight.py; the same decisions, nothing only explanations read).
 `--all-profiles` also runs every other shipped profile once (this checkout only). `--boost` (root)
 runs each process at top priority in a session of its own (autogroup nice -19 and nice -19), so
-the neighbours wait instead; the load average is printed with each run.
+the neighbours wait instead; the load average is printed with each run. `--speed gpu` times the speed
+model `slotlab simulate` uses by default (each profile on its default GPU, whose attention terms make
+every step's time depend on its depth) instead of the flat 8000 / 60 tok/s.
 
     python -m bench.simulate_speed [--before PATH] [--repeats N] [--limit N] [--all-profiles] [--boost]
-                                   [--configs default,llama-3.1-8b] [--plain] [--json FILE]
+                                   [--configs default,llama-3.1-8b] [--plain] [--speed rates|gpu] [--json FILE]
 
 Targets (issue 22 item 3): <= 60 s on 2 cores for every memory kind, <= 20 s for full attention."""
 
@@ -62,7 +64,13 @@ load0 = os.getloadavg()[0]
 t0, c0 = time.perf_counter(), time.process_time()
 import inspect
 hs = {"hindsight": False} if "hindsight" in inspect.signature(simulate).parameters else {}  # as `slotlab simulate` runs
-res = simulate(tr, a["flags"], speed=SpeedModel.from_rates(8000, 60), profile=prof, fast=not a["plain"], **hs)
+if a.get("speed") == "gpu":  # the speed `slotlab simulate` picks by default: the profile on its smallest GPU
+    from slotlab.sim import gpus
+    p = prof or ModelProfile.default()
+    sp = gpus.speed_for(p, gpus.default_gpu(p).name)
+else:
+    sp = SpeedModel.from_rates(8000, 60)
+res = simulate(tr, a["flags"], speed=sp, profile=prof, fast=not a["plain"], **hs)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 t = res.totals
 h = hashlib.sha256(json.dumps(res.results, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -88,7 +96,7 @@ def _boost() -> None:
 
 def run_one(root: Path, profile: str, a) -> dict:
     arg = json.dumps({"root": str(root), "profile": profile, "trace": str(a.trace), "limit": a.limit,
-                      "flags": a.flags, "plain": a.plain})
+                      "flags": a.flags, "plain": a.plain, "speed": a.speed})
     env = dict(os.environ, PYTHONPATH=str(root))
     p = subprocess.run([sys.executable, "-c", CHILD, arg], cwd=root, env=env, capture_output=True, text=True,
                        preexec_fn=_boost if a.boost else None)
@@ -114,11 +122,15 @@ def main(argv=None) -> int:
     ap.add_argument("--all-profiles", action="store_true", help="also every other shipped profile, once")
     ap.add_argument("--boost", action="store_true", help="top CPU priority (root): autogroup and nice -19")
     ap.add_argument("--plain", action="store_true", help="step every token (no fast-forward)")
+    ap.add_argument("--speed", choices=("rates", "gpu"), default="rates",
+                    help="rates: 8000 / 60 tok/s (no attention terms); gpu: the speed `slotlab simulate` picks "
+                         "by default (the profile on its smallest GPU, with the attention terms t_ctx / t_kv)")
     ap.add_argument("--json", help="write every sample here")
     a = ap.parse_args(argv)
     configs = [c for c in a.configs.split(",") if c]
     before = Path(a.before).resolve() if a.before else None
-    print(f"simulate_speed: {a.trace}{'' if a.limit is None else f' (first {a.limit})'}, {a.flags}, 8000 / 60 tok/s; "
+    print(f"simulate_speed: {a.trace}{'' if a.limit is None else f' (first {a.limit})'}, {a.flags}, "
+          f"{'8000 / 60 tok/s' if a.speed == 'rates' else 'each profile on its default GPU'}; "
           f"after = {ROOT}" + (f", before = {before}" if before else "") + f"; load {os.getloadavg()[0]:.1f}", flush=True)
     samples: dict = {}
     for prof in configs:

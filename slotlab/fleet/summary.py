@@ -57,7 +57,7 @@ def merge_totals(trace, results: list[dict], server_totals: list[dict], wall_s: 
         from slotlab.ideal.policies import infinite
 
         mask = [d["status"] == 200 and "action" not in d for d in results]
-        bound = infinite(I.slotlab_plan(trace.requests, trace.block), mask).hit_tokens
+        bound = infinite(I.slotlab_plan(trace.requests, trace.block, next_use=False), mask).hit_tokens
     else:
         bound = None
     t = {

@@ -26,9 +26,10 @@ from slotlab.ideal.policies import POLICIES, Reuse, run
 GIB = 2**30
 
 
-def slotlab_plan(requests, block: int) -> BlockPlan:
+def slotlab_plan(requests, block: int, next_use: bool = True) -> BlockPlan:
     """The plan of prompts as slotlab's Mooncake loader makes them: the blocks the prompt's length
-    reaches, the last cut to it, tokens past the last block a tail of their own."""
+    reaches, the last cut to it, tokens past the last block a tail of their own (`next_use`: see
+    `build_plan`)."""
     blocks, tokens, extra = [], [], []
     for q in requests:
         n = max(0, int(q.n_prompt))
@@ -37,7 +38,7 @@ def slotlab_plan(requests, block: int) -> BlockPlan:
         blocks.append(ids[:nb])
         tokens.append([min(block, n - i * block) for i in range(nb)])
         extra.append(max(0, n - nb * block))
-    return build_plan(blocks, tokens, extra)
+    return build_plan(blocks, tokens, extra, next_use=next_use)
 
 
 def kvsim_plan(requests, block: int) -> BlockPlan:

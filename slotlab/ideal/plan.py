@@ -37,7 +37,7 @@ class BlockPlan:
     starts: list[int]  # request r's events are starts[r]:starts[r + 1]
     node: list[int]  # per event: its trie node (>= 1)
     tokens: list[int]  # per event: the tokens the block stands for
-    next_use: list[int]  # per event: the next request using the node (`never` if none)
+    next_use: list[int]  # per event: the next request using the node (`never` if none); [] if not computed
     parent: list[int]  # per node: its parent (node 0: the root)
     extra: list[int]  # per request: prompt tokens outside every block (never reusable)
     never: int
@@ -56,9 +56,11 @@ class BlockPlan:
 
 
 def build_plan(blocks: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]],
-               extra: Sequence[int] | None = None) -> BlockPlan:
+               extra: Sequence[int] | None = None, next_use: bool = True) -> BlockPlan:
     """The plan of requests given as block ids (`blocks[r]`) and per-block token counts (`tokens[r]`);
-    `extra[r]`: tokens of request r outside its blocks."""
+    `extra[r]`: tokens of request r outside its blocks. `next_use` False: the next uses are not
+    computed (`next_use` is empty), for the policies that never look ahead (`infinite`, which
+    `slotlab simulate` runs on every trace: the backward pass was half of its cost)."""
     node: list[int] = []
     tok: list[int] = []
     starts = [0]
@@ -79,15 +81,17 @@ def build_plan(blocks: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]],
         starts.append(len(node))
     n_req = len(starts) - 1
     never = n_req + 1
-    next_use = [never] * len(node)
-    last = [never] * len(parent)
-    for r in range(n_req - 1, -1, -1):
-        a, b = starts[r], starts[r + 1]
-        for i in range(a, b):
-            next_use[i] = last[node[i]]
-        for i in range(a, b):
-            last[node[i]] = r
-    return BlockPlan(starts, node, tok, next_use, parent, list(extra) if extra is not None else [0] * n_req, never)
+    nu: list[int] = []
+    if next_use:
+        nu = [never] * len(node)
+        last = [never] * len(parent)
+        for r in range(n_req - 1, -1, -1):
+            a, b = starts[r], starts[r + 1]
+            for i in range(a, b):
+                nu[i] = last[node[i]]
+            for i in range(a, b):
+                last[node[i]] = r
+    return BlockPlan(starts, node, tok, nu, parent, list(extra) if extra is not None else [0] * n_req, never)
 
 
 __all__ = ["BlockPlan", "build_plan", "kvsim_block_tokens"]

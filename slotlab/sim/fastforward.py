@@ -130,8 +130,11 @@ class FastForward:
     """Fast-forwards the generation of `core` (a `ServerCore` on a `PaperMemory`); step time `dt_of(n, n_outputs)`
     for a decode of n tokens (the simulator's speed model)."""
 
-    def __init__(self, core, dt_of, *, min_steps: int = 2, first_token_only=None, copy_time=None):
+    def __init__(self, core, dt_of, *, min_steps: int = 2, first_token_only=None, copy_time=None, clocks_of=None):
         self.core, self.mem, self.dt_of = core, core.memory, dt_of
+        # clocks_of(now, b, x0, n, ctx): the clocks after n generation steps at once, equal to adding
+        # dt_of's one by one (`SpeedModel.step_clocks`); None: stepped in Python
+        self.clocks_of = clocks_of
         # the time of copying n bytes of state (a checkpoint made in a fast-forward's first step is
         # charged to that step, as the simulator charges a plain step's copies); None: no checkpoint
         # is made in a fast-forward
@@ -278,15 +281,7 @@ class FastForward:
         # the clock: plain stepping adds dt per step and submits an arrival before the first step
         # whose starting clock has reached it
         p0 = sum(s.tokens.pos_next() for s in gen) if self.ctx_cost else 0  # step j: each row j deeper
-        dt = 0.0
-        dt += self.dt_of(b, b, p0, p0) if p0 else self.dt_of(b, b)  # b sequences, an output each
-        clocks = [now + dt]
-        c = clocks[0]
-        k = 1
-        while k < kend and c < next_arrival:
-            c += self.dt_of(b, b, p0 + k * b, p0 + k * b) if p0 else dt
-            clocks.append(c)
-            k += 1
+        k, clocks = self._gen_clocks(now, next_arrival, b, p0, kend)
         if k < self.min_steps:
             return 0, now
         chains, k = self._chains(gen, k, end=1)
@@ -336,6 +331,46 @@ class FastForward:
         self.n_steps += k
         self.last_start = clocks[k - 2] if k > 1 else now
         return k, clocks[k - 1]
+
+    def _gen_clocks(self, now: float, next_arrival: float, b: int, p0: int, kend: int):
+        """(k, clocks): how many steps of `b` generating rows (at summed depth `p0` before the first;
+        0: no attention terms) run before an arrival or `kend`, and the clock after each: step j + 1
+        runs while the clock after step j is below `next_arrival` (plain stepping submits the arrival
+        before the first step that starts at or after it). With the speed model's `step_clocks`, in
+        numpy chunks that grow until one reaches the arrival; else step by step."""
+        dt_of = self.dt_of
+        if self.clocks_of is None:
+            dt = 0.0
+            dt += dt_of(b, b, p0, p0) if p0 else dt_of(b, b)  # b sequences, an output each
+            clocks = [now + dt]
+            c = clocks[0]
+            k = 1
+            while k < kend and c < next_arrival:
+                c += dt_of(b, b, p0 + k * b, p0 + k * b) if p0 else dt
+                clocks.append(c)
+                k += 1
+            return k, clocks
+        parts = []
+        # the first chunk: as many steps as the first step's time fits before the arrival (later steps
+        # are no shorter), so one numpy pass is usually all
+        dt0 = dt_of(b, b, p0, p0) if p0 else dt_of(b, b)
+        gap = next_arrival - now
+        m = 8192 if not gap < 8192 * dt0 else max(8, int(gap / dt0) + 2) if dt0 > 0 else 8192
+        n, c = 0, now
+        while True:
+            m = min(m, kend - n)
+            cl = self.clocks_of(c, b, p0 + n * b, m, bool(p0))
+            parts.append(cl)
+            j = int(np.searchsorted(cl, next_arrival))  # the first clock at or past the arrival
+            if j < m:
+                n += j + 1
+                break
+            n += m
+            if n >= kend:
+                break
+            c = float(cl[-1])
+            m *= 4
+        return n, (parts[0] if len(parts) == 1 else np.concatenate(parts)).tolist()
 
     def _checkpoint_step(self, adds, ck) -> None:
         """Step 0's chunks as `_process_prompt` adds them, the checkpoint slot's `maybe_create` right

@@ -530,5 +530,5 @@ def infinite_cache_bound(trace: SimTrace) -> tuple[int, int]:
     from slotlab.ideal import slotlab_plan
     from slotlab.ideal.policies import infinite
 
-    r = infinite(slotlab_plan(trace.requests, trace.block))
+    r = infinite(slotlab_plan(trace.requests, trace.block, next_use=False))
     return r.hit_tokens, r.total_tokens

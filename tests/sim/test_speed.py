@@ -121,3 +121,31 @@ def test_measure_through_the_engine():
     assert [n for n, _ in meas["table"]][:2] == [1, 8] and meas["step"][0] > 3 and meas["copy"][0] > 0
     s = fit(meas)  # a handful of steps (and the machine may be busy): only that it fits
     assert all(t >= 0 for _, t in s.table) and s.decode_time(1, 1, 70, 70) > 0 and s.t_byte > 0
+
+
+@pytest.mark.parametrize("profile", ["llama-3.1-8b", "gemma-3-27b", "qwen3.5-27b"])
+def test_step_clocks_are_the_steps_added_one_by_one(profile):
+    """`step_clocks` (a generation fast-forward's clock in one numpy pass) is bit for bit the clock of
+    adding `decode_time` step by step, as plain stepping does: a fast-forward compares those clocks
+    with arrivals, so one rounding apart would move an arrival to another step."""
+    from pathlib import Path
+
+    from slotlab.memory.profile import ModelProfile
+    from slotlab.sim import gpus
+
+    prof = ModelProfile.from_json(Path(sp.__file__).parent / "profiles" / f"{profile}.json")
+    rng = np.random.default_rng(7)
+    odd = SpeedModel(0.013, 3.1e-5, 512, t_decode=0.0017, t_ctx=float(rng.uniform(1e-9, 1e-6)),
+                     t_kv=float(rng.uniform(1e-9, 1e-5)))  # terms of any magnitude: every rounding shows
+    for model in (gpus.speed_for(prof, gpus.default_gpu(prof).name), TRUTH, SpeedModel.from_rates(8000, 60), odd):
+        for _ in range(40):
+            b, x0, n = int(rng.integers(1, 9)), int(rng.integers(0, 200_000)), int(rng.integers(1, 600))
+            now = float(rng.choice([0.0, rng.uniform(0, 1e5)]))  # (at 0 the first clock is a step's time itself)
+            for ctx in (True, False):
+                c, want = now, []
+                for j in range(n):
+                    x = x0 + j * b
+                    c += model.decode_time(b, b, x, x) if ctx else model.decode_time(b, b)
+                    want.append(c)
+                got = model.step_clocks(now, b, x0, n, ctx)
+                assert got.tolist() == want
