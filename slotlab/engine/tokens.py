@@ -36,9 +36,18 @@ def common_prefix(a: Any, b: Any) -> int:
     n = min(a.shape[0], b.shape[0])
     if n == 0:
         return 0
-    neq = a[:n] != b[:n]
+    # the leading 256 first: most pairs the server compares (a slot or a cache entry against a new
+    # prompt) part early, and then the rest of two long prompts is never read
+    k = 256 if n > 1024 else n
+    neq = a[:k] != b[:k]
     i = int(neq.argmax())  # first True, or 0 when all are False
-    return i if neq[i] else n
+    if neq[i]:
+        return i
+    if k == n:
+        return n
+    neq = a[k:n] != b[k:n]
+    i = int(neq.argmax())
+    return k + i if neq[i] else n
 
 
 def is_prefix(a: Any, b: Any) -> bool:

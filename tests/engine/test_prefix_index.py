@@ -33,3 +33,25 @@ def test_lcps_equal_one_comparison_per_entry(ops):
         s = idx.sorted  # the order and the neighbour lcps the queries rely on
         assert all(tuple(a.tokens) <= tuple(b.tokens) for a, b in zip(s, s[1:]))
         assert idx.nb[1:] == [common_prefix(a.tokens, b.tokens) for a, b in zip(s, s[1:])]
+
+
+def test_common_prefix_is_the_first_mismatch_at_every_length():
+    """`common_prefix` compares the leading 256 tokens first and the rest only when they agree: the
+    first mismatch at every place (inside the head, at its edge, in the rest, none), against the
+    definition, on prompts short and long."""
+    rng = np.random.default_rng(3)
+
+    def first_mismatch(a, b):
+        n = min(len(a), len(b))
+        return next((i for i in range(n) if a[i] != b[i]), n)
+
+    for n in (0, 1, 255, 256, 257, 1024, 1025, 5000):
+        a = rng.integers(0, 5, n).astype(np.int32)
+        for k in sorted({0, 1, 255, 256, 257, n // 2, max(0, n - 1), n}):
+            if k > n:
+                continue
+            tail = rng.integers(0, 5, int(rng.integers(0, 2000))).astype(np.int32)
+            if k < n and len(tail):
+                tail[0] = (a[k] + 1) % 5  # mismatch exactly at k
+            b = np.concatenate([a[:k], tail])
+            assert common_prefix(a, b) == first_mismatch(a, b) == common_prefix(b, a)
