@@ -43,17 +43,25 @@ class PrefixIndex:
 
     def _place(self, toks: np.ndarray) -> tuple[int, dict[int, int]]:
         """The insertion point j (after every entry that sorts before or equal to `toks`) and the lcps
-        the binary search computed, by sorted index."""
+        the binary search computed, by sorted index.
+
+        Each comparison starts past min(L, R), the lcps of `toks` with the search's two boundaries
+        (sorted[lo - 1] and sorted[hi]; 0 until both exist): every entry between them shares that
+        prefix with `toks` (the lcp of sorted sequences is the minimum over the neighbours between
+        them), so the long system prompt most entries share with a prompt is read once, not once a
+        probe."""
         lo, hi = 0, len(self.sorted)
         seen: dict[int, int] = {}
+        left = right = 0
         while lo < hi:
             mid = (lo + hi) // 2
             t = self.sorted[mid].tokens
-            d = seen[mid] = common_prefix(t, toks)
+            k = min(left, right)
+            d = seen[mid] = k + common_prefix(t[k:], toks[k:]) if k else common_prefix(t, toks)
             if _after(d, t, toks):
-                hi = mid
+                hi, right = mid, d
             else:
-                lo = mid + 1
+                lo, left = mid + 1, d
         return lo, seen
 
     def add(self, entry) -> None:

@@ -359,3 +359,17 @@ def test_chains_are_chain_for_each(n_vocab, n_generated):
             assert out[s:s + k].tolist() == v.chain(t, p, seed, k)
     out, starts = v.chains([], [], 0, [])
     assert len(out) == 0 and len(starts) == 0
+
+
+def test_outside_is_the_vocabulary_check_on_every_dtype_and_edge():
+    """`outside` (one unsigned maximum on int32 ids) says what `t.min() < 0 or t.max() >= n` says:
+    the edges of the vocabulary, the most negative id, strided views, other dtypes."""
+    from slotlab.memory.paper.vocab import outside
+
+    rng = np.random.default_rng(5)
+    cases = [np.array([v], dtype=np.int32) for v in (-2**31, -1, 0, 9, 10, 2**31 - 1)]
+    cases += [rng.integers(-3, 13, int(rng.integers(1, 50))).astype(dt) for dt in (np.int32, np.int64) for _ in range(50)]
+    cases += [np.arange(40, dtype=np.int32)[::7], np.arange(-5, 40, dtype=np.int32)[5::3]]
+    for t in cases:
+        for n in (1, 10, 11, 2**31 - 1):
+            assert outside(t, n) == bool(t.min() < 0 or t.max() >= n), (t, n)

@@ -57,9 +57,12 @@ class SeqCells:
 
     def remove(self, p0: int, p1: int) -> int:
         """Drop positions in [p0, p1); returns how many."""
-        p = self.pos[:self.n]
-        i0 = int(np.searchsorted(p, p0, "left"))
-        i1 = int(np.searchsorted(p, p1, "left"))
+        n = self.n
+        if n == 0:
+            return 0
+        p = self.pos[:n]
+        i0 = int(p.searchsorted(p0))  # (the array's method: np.searchsorted adds a Python layer)
+        i1 = n if p1 > p[n - 1] else int(p.searchsorted(p1))  # [p0, end): every prompt's seq_rm
         k = i1 - i0
         if k:
             self.pos[i0:self.n - k] = self.pos[i1:self.n]

@@ -24,6 +24,7 @@ from slotlab.memory.paper.window import CellCache
 from slotlab.memory.paper.format import (I32_MAX, IO_MAGIC, CacheSpec, RecurrentSpec, Source, StateReadError, Writer,
                                          kv_layers, pad)
 from slotlab.memory.paper.recurrent import RecurrentCache
+from slotlab.memory.paper.vocab import outside
 from slotlab.memory.profile import ModelProfile
 
 __all__ = ["PaperContext", "split_equal", "split_simple", "step_batch"]
@@ -218,7 +219,7 @@ class PaperContext:
         n = len(tok)
         if n == 0:
             return -1
-        if n_vocab > 0 and (tok.min() < 0 or tok.max() >= n_vocab):
+        if n_vocab > 0 and outside(tok, n_vocab):
             return -1
         # every step of a simulation decodes here: numpy calls are kept few (runs and slices, not masks)
         runs = self._runs(seq)

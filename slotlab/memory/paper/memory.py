@@ -21,7 +21,7 @@ from slotlab.memory.paper.blob import PaperBlob
 from slotlab.memory.paper.cells import CountCache
 from slotlab.memory.paper.context import PaperContext, split_equal_spans, step_batch
 from slotlab.memory.paper.format import (IO_MAGIC, LLAMA_MAX_SEQ, STATE_SEQ_MAGIC, STATE_SEQ_VERSION, Source, pad)
-from slotlab.memory.paper.vocab import PaperSampler, PaperVocab, mix
+from slotlab.memory.paper.vocab import PaperSampler, PaperVocab, mix, outside
 from slotlab.memory.profile import GGML_TYPES, ModelProfile
 
 __all__ = ["PaperMemory", "paper_sizes"]
@@ -362,7 +362,7 @@ class PaperMemory:
         seq_l, p0_l = [int(q) for q in seqs], [int(p) for p in pos0]  # a few slots: Python, not numpy calls
         if len(seq_l) != b or len(p0_l) != b or b == 0 or b > self.n_batch or len(set(seq_l)) != b:
             return 0
-        if min(seq_l) < 0 or max(seq_l) >= self.info.n_seq_max or feed.min() < 0 or feed.max() >= self.n_vocab:
+        if min(seq_l) < 0 or max(seq_l) >= self.info.n_seq_max or outside(feed, self.n_vocab):
             return 0
         seq = np.asarray(seq_l, dtype=np.int32)
         p0 = np.asarray(p0_l, dtype=np.int32)
@@ -493,7 +493,7 @@ class PaperMemory:
                     return -1  # not position after position (the real decode may still take it)
                 if len(t):
                     if isinstance(t, np.ndarray):
-                        if n_vocab > 0 and (t.min() < 0 or t.max() >= n_vocab):
+                        if n_vocab > 0 and outside(t, n_vocab):
                             return -1
                     elif n_vocab > 0 and not all(0 <= x < n_vocab for x in t):
                         return -1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["M64", "PaperSampler", "PaperVocab", "mix"]
+__all__ = ["M64", "PaperSampler", "PaperVocab", "mix", "outside"]
 
 M64 = (1 << 64) - 1
 
@@ -23,6 +23,15 @@ def mix(x: int) -> int:
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
     return x ^ (x >> 31)
 
+
+
+def outside(t: np.ndarray, n_vocab: int) -> bool:
+    """True when an id of `t` (non-empty) is negative or >= n_vocab: the batch check every paper
+    decode makes. On int32 ids, one unsigned maximum (a negative id reads as 2**31 or more, above
+    any vocabulary) instead of a minimum and a maximum."""
+    if t.dtype == np.int32:
+        return int(t.view(np.uint32).max()) >= n_vocab
+    return bool(t.min() < 0 or t.max() >= n_vocab)
 
 class PaperVocab:
     """Opaque token ids 0..n_vocab-1. Generated tokens are placeholders from the top `n_generated`
@@ -66,7 +75,7 @@ class PaperVocab:
 
     def check_tokens(self, tokens) -> None:
         t = np.asarray(tokens)
-        if t.size and (t.min() < 0 or t.max() >= self.n_vocab):
+        if t.size and outside(t, self.n_vocab):
             bad = t[(t < 0) | (t >= self.n_vocab)][0]
             raise ValueError(f"token id {int(bad)} is outside the vocabulary (0..{self.n_vocab - 1})")
 
