@@ -26,9 +26,10 @@ The placeholders come from `Prechains` where it has them: every request's chain 
 runs, many requests at a time in numpy (`PaperVocab.chains`), used only where the start and the
 token at the position are checked to be the sampler's.
 
-Prompts too (`_advance_prompt`): once a slot has started its prompt (the step that enters it,
-`_start_prompt` with its cache and checkpoint decisions, is a plain one), its further `-b` chunks
-decide nothing either, as long as no checkpoint can be created in it and no waiting slot would
+Prompts too (`_advance_prompt`): the step that starts one (`_start_and_advance`: the core's own
+`_start_prompt`, with its cache, --cache-reuse and checkpoint decisions, and the `memory_seq_rm` of
+`_process_prompt`, run first; the state copied since the last step charged to that step) and the
+further `-b` chunks, which decide nothing, as long as no checkpoint can be created in it and no waiting slot would
 start in the step. Where the memory needs checkpoints (a sliding window, a recurrent part), a chunk
 is cut as `checkpoints.cut` cuts it, and the steps stop before the first chunk that `_process_prompt`
 would leave with do_checkpoint on (one that ends the prompt, ends within n_ubatch of its end, or
@@ -42,9 +43,10 @@ the slot makes checkpoints), and
 `PaperMemory.advance_steps` applies the batches. Each chunk emits its `prompt_seq_rm` / `prompt_batch`
 as `_process_prompt` does.
 
-The step that ends a slot beside a prompt being processed, and every step with a starting prompt, a queued task, a stop word,
-speculative decoding, a sampler it does not know or state copied since the last step (its time is
-charged to the next plain step), is left to the plain `ServerCore.step()`. So every decision is the
+The step that ends a slot beside a prompt being processed, and every step with two starting prompts (or
+one beside a prompt being processed), a queued task, a stop word,
+speculative decoding, a sampler it does not know or state copied since the last step outside a start
+(its time is charged to the next plain step), is left to the plain `ServerCore.step()`. So every decision is the
 plain stepping's (tests/sim/test_fastforward.py and test_prompt_bulk.py compare both modes request
 by request and RAM-cache decision by decision).
 
@@ -62,6 +64,7 @@ import numpy as np
 
 from slotlab.engine import event_types as T
 from slotlab.engine.slot import SlotState, now_us
+from slotlab.memory import require_seq_rm
 from slotlab.memory.paper import PaperMemory, PaperSampler, PaperVocab
 from slotlab.sim.memory import ScriptSampler
 
@@ -248,8 +251,6 @@ class FastForward:
         core = self.core
         if not self.ok or core.tq.queue or core.tq.cancels:
             return 0, now
-        if getattr(self.mem, "copied", 0):  # state copied since the last step (a launch's cache load...):
-            return 0, now  # the simulator charges it to the next plain step's time
         gen, prm = [], []  # prm: the slots with a prompt to process, in slot order (STARTED ones included)
         kmax = 1 << 62
         for s in core.slots:
@@ -269,9 +270,14 @@ class FastForward:
                 kmax = lim
             gen.append(s)
         b = len(gen)
+        copied = getattr(self.mem, "copied", 0)  # state copied since the last step (a launch's cache load...)
+        if len(prm) == 1 and prm[0].state is _STARTED:  # one prompt to start: its step may be fast-forwarded
+            return self._start_and_advance(now, next_arrival, gen, prm, kmax, copied)
+        if copied:  # the simulator charges it to the next plain step's time
+            return 0, now
         if any(s.state is _PROMPT for s in prm):
             return self._advance_prompt(now, next_arrival, gen, prm, kmax)
-        if prm:  # only slots about to start: the next step starts them
+        if prm:  # slots about to start: the next step starts them
             return 0, now
         if not b or b > self.mem.n_batch or any(_probs(s) for s in gen):
             return 0, now
@@ -397,7 +403,57 @@ class FastForward:
 
     # -- prompts ---------------------------------------------------------------------------------------
 
-    def _advance_prompt(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int) -> tuple[int, float]:
+    def _start_and_advance(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int,
+                           copied: int) -> tuple[int, float]:
+        """The step that starts slot prm[0]'s prompt, and the prompt steps after it, beside generating
+        slots. The start is the core's own: `_start_prompt` (n_past, --cache-reuse, the checkpoint
+        rewind, the full-match rule), then the `memory_seq_rm [p0, end)` of `_process_prompt`, under
+        `iterate` as `pre_decode` runs them; then `_advance_prompt` plans the chunks from the slot as
+        the start left it, the state copied since the last step (the launch's RAM-cache save and
+        load, a checkpoint restored) charged to the first step as the simulator charges a plain
+        step's.
+
+        Checked before anything changes: nothing else waits to start, the task has neither stop
+        words nor its own sampler, the generating slots' samplers are known and none ends in this
+        step, and the batch has room for a chunk. If the start ends the task, or `_advance_prompt`
+        declines, nothing else was done: the plain step that follows finds the slot started (no
+        event of it emitted twice: the chunk's `prompt_seq_rm` comes with the chunk) and decodes as
+        it would have. Why the order may change: in the server the generating slots' tokens go into
+        the batch first, which neither reads nor changes what the start reads (its own slot and
+        sequence)."""
+        core, s = self.core, prm[0]
+        if s.task.params.stop or getattr(s.task.params, "sampling", None) is not None:
+            return 0, now
+        if copied and self.copy_time is None:
+            return 0, now
+        if len(gen) >= self.mem.info.n_batch or (gen and not core.params.cont_batching):
+            return 0, now
+        if gen:
+            chains, k = self._chains(gen, 1)
+            if chains is None or k < 1:
+                return 0, now
+        started = []
+
+        def start(slot) -> None:
+            if not core._start_prompt(slot):
+                return
+            p0 = slot.tokens.pos_next()
+            try:
+                require_seq_rm(core.memory, slot.id, p0, -1)
+            except Exception:  # noqa: BLE001 - as _process_prompt: its event, then iterate's
+                core.emit(T.PromptSeqRm(), f"cached n_tokens = {len(slot.tokens)}, memory_seq_rm [{p0}, end)",
+                          slot=slot)
+                raise
+            started.append(slot)
+
+        core.iterate([s], start)
+        copied = getattr(self.mem, "copied", 0)  # (a checkpoint restored by the start adds to it)
+        if not started or s.state is not _PROMPT or (copied and self.copy_time is None):
+            return 0, now
+        return self._advance_prompt(now, next_arrival, gen, prm, kmax, copied=copied)
+
+    def _advance_prompt(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int,
+                        copied: int = 0) -> tuple[int, float]:
         """Steps that process prompt chunks (slots in PROCESSING_PROMPT), beside generating slots: up to
         and including the step in which a prompt ends (its first token sampled), unless that token
         ends the slot; never past a slot's finishing step, an arrival, or a full KV pool. Each chunk
@@ -483,8 +539,10 @@ class FastForward:
                 dt = self.dt_of(bn, b + len(done), ng + sum(a * p for a, p in starts), ng + sum(p for _, p in starts))
             else:
                 dt = self.dt_of(bn, b + len(done))  # the generating slots' outputs, and the prompt's last
-            if ck is not None and len(plan) == 1 and ck[4]:
-                dt += self.copy_time(ck[4])  # the simulator's plain step: now + (decodes + copies)
+            if len(plan) == 1:  # the simulator's plain step: now + (decodes + copies), the copies in one sum
+                nbytes = copied + (ck[4] if ck is not None else 0)
+                if nbytes:
+                    dt += self.copy_time(nbytes)
             c += dt
             clocks.append(c)
             if first is not None:
@@ -531,6 +589,8 @@ class FastForward:
             if ck is not None:
                 raise AssertionError("a fast-forward step predicted to fit did not (after its checkpoint)")
             return 0, now
+        if copied:
+            mem.copied = 0  # charged to the first step's time above
         if m < k:
             first = None
             k = m
