@@ -52,6 +52,9 @@ log = logging.getLogger("slotlab.engine")
 _STATE_VALUE = {st: st.value for st in SlotState}
 
 
+# the kinds `_emit_selection` emits (steps A-C of the slot selection)
+_SELECTION_KINDS = frozenset({T.SLOT_SELECTED_BY_ID, T.SLOT_SKIP, T.SLOT_SIM, T.SLOT_SELECTED_BY_LCP, T.SLOT_SELECTED_BY_LRU})
+
 class ServerCore:
     """The slots, the queue, the RAM cache and the rules of one llama-server, over `memory`."""
 
@@ -258,8 +261,15 @@ class ServerCore:
     # ------------------------------------------------------------------ slot selection (spec 1)
 
     def _emit_selection(self, sel: SlotSelection, task: Task) -> None:
-        """The server's log lines of steps A-C, from the decision."""
+        """The server's log lines of steps A-C, from the decision. Where none of their kinds is
+        wanted (`slotlab simulate`), they are only numbered: a line per slot per request, and the
+        decisions never read them."""
         emit = self.emit
+        only = emit.bus.only
+        if only is not None and only.isdisjoint(_SELECTION_KINDS):
+            emit.bus.skip((sel.id_requested != -1) + len(sel.checks)
+                          + ((sel.how == "lcp" and sel.id_requested == -1) or sel.how == "lru"))
+            return
         if sel.id_requested != -1:
             emit(T.SlotSelectedById(), f"selected slot by id ({sel.id_requested})", level="INF",
                  slot=self.get_slot_by_id(sel.id_requested), task=task.id)
@@ -317,6 +327,9 @@ class ServerCore:
         if ret is not None and self.cache is not None and loaded is None and self.hindsight is not None:
             self.glue.preview(ret, task)
         won = loaded is True
+        if not self.emit.bus.wants(T.SLOT_DECISION):
+            self.emit.bus.skip()
+            return ret
         self.emit(T.SlotDecision(how=sel.how, f_sim=float(sel.f_sim_best),
                                  f_keep=None if sel.f_keep is None else float(sel.f_keep), update_cache=update_cache,
                                  load=loaded, id_requested=sel.id_requested, held=held, lost=lost,

@@ -160,9 +160,9 @@ class EventBus:
         payload is costly to build asks first."""
         return self.only is None or kind in self.only
 
-    def skip(self) -> None:
-        """Number an event of a kind `wants` refused without building it (as `emit` numbers it)."""
-        self._n += 1
+    def skip(self, n: int = 1) -> None:
+        """Number `n` events of kinds `wants` refused without building them (as `emit` numbers them)."""
+        self._n += n
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call `fn(event)` for every future event; returns the unsubscribe function."""
