@@ -35,6 +35,8 @@ class CacheGlue:
             raise ValueError("CacheGlue drains the cache's records: build the PromptCache with record=True")
         self.cache, self.memory, self.emit = cache, memory, emit
         self.hindsight = hindsight  # told of content the server throws away (engine/hindsight.py), or None
+        if cache is not None and hindsight is None:  # the kinds nobody reads are not even built
+            cache.wants = emit.bus.wants
 
     # -- reporting the cache's own decisions as this slot's / task's events -------------------------
 
@@ -45,9 +47,12 @@ class CacheGlue:
         for rec in self.cache.take_events():
             self._forward(rec, sid, tid)
 
-    def _forward(self, rec: CacheRecord, sid: int, tid: int) -> None:
+    def _forward(self, rec: CacheRecord | None, sid: int, tid: int) -> None:
         """The record as its event: the cache's fields, completed with what only the glue knows (an
         alloc's byte split and text head, a look-up's score table), make the kind's payload."""
+        if rec is None:  # refused before it was built (PromptCache._skips): numbered all the same
+            self.emit.bus.skip()
+            return
         entry, kind = rec.entry, rec.kind
         if self.hindsight is None and not self.emit.bus.wants(kind):
             self.emit.bus.skip()  # nobody reads it: numbered, not built (a simulation's look-ups and loads)

@@ -328,7 +328,10 @@ class PromptCache:
         self._disk_size: dict[int, int] = {}  # entry id -> its bytes when written (a restore frees `main`)
         self.allocate = allocate
         self.on_event = on_event
-        self._records: Optional[list[CacheRecord]] = [] if record else None
+        self._records: Optional[list[CacheRecord | None]] = [] if record else None
+        #: `wants(kind)`: whether the owner draining the queue delivers records of `kind` (None: all);
+        #: where it says no, the per-request lines are not built (see `_skips`)
+        self.wants: Optional[Callable[[str], bool]] = None
         #: whether the per-entry lines are reported: `cache_load_score` (each entry's lcp / f_keep /
         #: f_sim at a load) and `cache_state_entry` (each entry at an update), the -lv 4 listing of the
         #: whole cache at every request, and the score table a `cache_load_scores` event carries (empty
@@ -426,8 +429,9 @@ class PromptCache:
         `update()` are computed only then."""
         return self._records is not None or self.on_event is not None
 
-    def take_events(self) -> list[CacheRecord]:
-        """The records queued since the last call, oldest first (empty without `record=True`)."""
+    def take_events(self) -> list[CacheRecord | None]:
+        """The records queued since the last call, oldest first (empty without `record=True`); None
+        in the place of each record `wants` refused (`_skips`)."""
         if not self._records:
             return []
         out, self._records = self._records, []
@@ -440,6 +444,19 @@ class PromptCache:
         if self.on_event is not None:
             extra = {k: v for k, v in (("entry", entry), ("result", result)) if v is not None}
             self.on_event(kind, level=level, func=func, message=message, **extra, **fields)
+
+    def _skips(self, kind: str) -> bool:
+        """True where nobody wants a record of `kind` (`wants`, set by the owner that drains the
+        queue, says no and no listener hears it): the caller then builds neither its line nor its
+        fields, and a placeholder (None) keeps its place in the queue, so that the owner numbers it
+        where the event would have been. The per-request lines (the save, the look-up, the state)
+        of a simulation nobody reads."""
+        w = self.wants
+        if w is None or self.on_event is not None or w(kind):
+            return False
+        if self._records is not None:
+            self._records.append(None)
+        return True
 
     def _evict_front(self, reason: str, level: str, func: str, message: str) -> None:
         e = self.entries.pop(0)
@@ -514,12 +531,13 @@ class PromptCache:
         size_tgt = int(size_tgt)
         size_dft = int(size_dft)
 
-        self._emit(
-            T.CACHE_SAVE, "TRC", "prompt_save",
-            " - saving prompt with length %d, total state size = %.3f MiB (draft: %.3f MiB)"
-            % (n_new, (size_tgt + size_dft) / MIB, size_dft / MIB),
-            n_tokens=n_new, size_tgt=size_tgt, size_dft=size_dft, id_slot=id_slot, id_task=id_task,
-        )
+        if not self._skips(T.CACHE_SAVE):
+            self._emit(
+                T.CACHE_SAVE, "TRC", "prompt_save",
+                " - saving prompt with length %d, total state size = %.3f MiB (draft: %.3f MiB)"
+                % (n_new, (size_tgt + size_dft) / MIB, size_dft / MIB),
+                n_tokens=n_new, size_tgt=size_tgt, size_dft=size_dft, id_slot=id_slot, id_task=id_task,
+            )
 
         # every entry's lcp with the new prompt at once (prefix_index.py)
         lcps = self._index.lcps(tokens)
@@ -663,7 +681,7 @@ class PromptCache:
         lcp_base = common_prefix(slot_tokens, tokens_new)
         f_keep_base = f32_ratio(lcp_base, n_slot) if n_slot > 0 else np.float32(-1.0)
         f_sim_base = f32_ratio(lcp_base, n_new)
-        if report:
+        if report and not self._skips(T.CACHE_LOAD_BASE):
             self._emit(T.CACHE_LOAD_BASE, "TRC", "load",
                        " - looking for better prompt, base f_keep = %.3f, f_sim = %.3f"
                        % (float(f_keep_base), float(f_sim_base)),
@@ -700,13 +718,14 @@ class PromptCache:
                             tuple(scores))
         if not report:
             return result
-        if best is not None:
+        if best is not None and not self._skips(T.CACHE_LOAD_FOUND):
             self._emit(T.CACHE_LOAD_FOUND, "TRC", "load",
                        " - found better prompt with f_keep = %.3f, f_sim = %.3f"
                        % (float(f_keep_best), float(f_sim_best)),
                        entry=best, entry_id=best.id, f_keep=f_keep_best, f_sim=f_sim_best)
-        self._emit(T.CACHE_LOAD_SCORES, "TRC", "load", "", result=result,
-                   winner_id=None if best is None else best.id)
+        if not self._skips(T.CACHE_LOAD_SCORES):
+            self._emit(T.CACHE_LOAD_SCORES, "TRC", "load", "", result=result,
+                       winner_id=None if best is None else best.id)
         return result
 
     def _best_entry(self, tokens_new: np.ndarray, f_keep_base: np.float32,
@@ -831,7 +850,7 @@ class PromptCache:
                     " - cache token limit (%d, est: %d) reached, removing oldest entry (size = %.3f MiB)"
                     % (self.limit_tokens, limit_tokens_cur, self.entries[0].size() / MIB))
 
-        if not self.reporting:  # nothing to report
+        if not self.reporting or self._skips(T.CACHE_STATE):  # nothing to report
             return limit_tokens_cur
         size = self.size()  # the running total (the listing below gives each entry's own)
         self._emit(T.CACHE_STATE, "TRC", "update",
