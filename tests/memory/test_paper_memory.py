@@ -373,3 +373,47 @@ def test_outside_is_the_vocabulary_check_on_every_dtype_and_edge():
     for t in cases:
         for n in (1, 10, 11, 2**31 - 1):
             assert outside(t, n) == bool(t.min() < 0 or t.max() >= n), (t, n)
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric", "none"])
+def test_window_cells_written_counted_from_the_dense_record(swa_type):
+    """`CellCache.n_written` counts a dense stream's unmasked cells from its record (positions lo..hi,
+    each once) without a look at the cells: the same count as the mask over the cells, on layouts
+    prompts and generation leave (ubatches and single tokens, head resets, purges, seq_rm of a
+    prefix or a suffix), for every window type."""
+    from slotlab.memory.paper.format import CacheSpec
+    from slotlab.memory.paper.window import CellCache
+
+    rng = np.random.default_rng({"standard": 1, "chunked": 2, "symmetric": 3, "none": 4}[swa_type])
+    for n_swa, size in ((16, 40), (64, 96), (7, 23)):
+        c = CellCache(CacheSpec("w", size, 2, 2, n_swa, swa_type, (), False, False))
+        mask_count = lambda q: int(c._written_mask(q)[1].sum())
+        nxt, checked = [0, 0], 0
+        for _ in range(400):
+            q = int(rng.integers(0, 2))
+            r = rng.random()
+            if r < 0.1 and nxt[q] > 4:  # a suffix or a prefix removed
+                cut = int(rng.integers(1, nxt[q]))
+                if rng.random() < 0.5:
+                    c.seq_rm(q, cut, 2**31 - 1)
+                    nxt[q] = c.pos_max(q) + 1 if c.pos_max(q) >= 0 else 0
+                else:
+                    c.seq_rm(q, 0, cut)
+                continue
+            if r < 0.12:
+                c.seq_rm(q, 0, 2**31 - 1)
+                nxt[q] = 0
+                continue
+            k = 1 if r < 0.6 else int(rng.integers(2, min(size, n_swa + 8)))
+            pos = np.arange(nxt[q], nxt[q] + k, dtype=np.int32)
+            c._begin()
+            if c._place_one(c.stream_of(q), q, pos, pos + 5, run=True):
+                c._end()
+                nxt[q] += k
+            else:
+                c._rollback()
+            d = c.dense[c.stream_of(q)]
+            if d and d[0] == q:
+                checked += 1
+            assert c.n_written(q) == mask_count(q), (q, d)
+        assert checked > 100  # the record held on most steps (the counted path ran)

@@ -101,7 +101,26 @@ class CellCache:
         return s, m
 
     def n_written(self, seq: int) -> int:
-        """Cells `state_write` writes: the sequence's cells the window does not mask at its pos_max."""
+        """Cells `state_write` writes: the sequence's cells the window does not mask at its pos_max.
+        Counted without a look at the cells where the stream's dense record holds: positions lo..hi,
+        each once, so the unmasked ones are those from the first position the window keeps at hi
+        (every checkpoint and RAM-cache save of a sliding-window model asks for this size)."""
+        s = self.stream_of(seq)
+        d = self.dense[s]
+        if d and d[0] == seq:
+            _, lo, hi = d
+            n, t = self.spec.n_swa, self.spec.swa_type
+            if n <= 0:
+                first = lo
+            elif t == "standard":  # masked at hi when hi - p >= n
+                first = hi - n + 1
+            elif t == "chunked":  # masked when p < (hi // n) n
+                first = (hi // n) * n
+            elif t == "symmetric":  # p <= hi: masked when hi - p > n // 2
+                first = hi - n // 2
+            else:  # no window type masks nothing
+                first = lo
+            return hi - max(lo, first) + 1
         return int(self._written_mask(seq)[1].sum())
 
     def written(self, seq: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,11 +140,12 @@ class CellCache:
         self.seq[s][idxs] = seq
         self.tok[s][idxs] = tok
 
-    def _clear_cells(self, s: int, idxs: np.ndarray) -> None:
-        """Empty cells (all occupied) and move the head back to the first one, as seq_rm does."""
+    def _clear_cells(self, s: int, idxs: np.ndarray, seq: int = -1) -> None:
+        """Empty cells (all occupied) and move the head back to the first one, as seq_rm does.
+        `seq` >= 0: they are all that sequence's (no np.unique of their owners needed)."""
         if not len(idxs):
             return
-        self._invalidate(s, np.unique(self.seq[s][idxs]))
+        self._invalidate(s, [seq] if seq >= 0 else np.unique(self.seq[s][idxs]))
         self._write(s, idxs, -1, -1, -1)
         self.used[s] -= len(idxs)
         if idxs[0] < self.head[s]:
@@ -161,7 +181,7 @@ class CellCache:
                 d = self.dense[s]
             else:
                 m = (self.seq[s] >= 0) & (self.pos[s] >= p0) & (self.pos[s] < p1)
-            self._clear_cells(s, np.flatnonzero(m))
+            self._clear_cells(s, np.flatnonzero(m), seq)
             if d and d[0] == seq:  # a prefix or a suffix of lo..hi gone: the rest is still lo'..hi'
                 _, lo, hi = d
                 if p0 <= lo and p1 > hi:
@@ -680,6 +700,8 @@ class CellCache:
         if len(pos) > self.spec.size:
             return False
         s = self.stream_of(seq)
+        if self.seqs[s] <= {seq}:  # its stream holds nothing else now: as `prepare` places a lone group
+            return self._place_one(s, seq, pos, tok)
         idxs = self._find(s, len(pos))
         if idxs is None:
             return False
