@@ -427,13 +427,14 @@ class CellCache:
                 c = i
             w = min(size - c, m - j)
             t = np.arange(w, dtype=np.int64)
-            qv = np.where(sq[c:c + w] < 0, -1, pos[c:c + w]).astype(np.int64)
+            qv = pos[c:c + w].astype(np.int64)  # (an empty cell's position is -1)
             mx = np.maximum.accumulate(qv)
-            gone = np.searchsorted(spos, mx, "right")
+            gone = spos.searchsorted(mx, "right")
             used_t = used + 1 + t - gone
             if w > 1:
                 stop = (th[c + 1:c + w] > P + t[1:]) | (c + t[1:] > used_t[:-1] + 2)
-                n = 1 + int(stop.argmax()) if stop.any() else w
+                i = int(stop.argmax())
+                n = 1 + i if stop[i] else w
             else:
                 n = 1
             k = int(gone[n - 1])
@@ -604,16 +605,19 @@ class CellCache:
         else:  # the cells wrap around the ring: [head, size), then [0, end - size)
             nw = np.concatenate((np.arange(head, size), np.arange(end - size)))
             end -= size
-        occ = sq[nw] >= 0
-        n_occ = int(np.count_nonzero(occ))
-        mx = -1
-        if n_occ:
-            op = ps[nw][occ]
-            mx = int(op.max())
-            if t == "standard":  # masked at p0 (the group's first position) for all: the largest is
+        # an empty cell's position is -1, below every held one: the largest position overwritten is
+        # the slice's maximum, -1 when every cell is free. Every window type masks a cell at p0 (the
+        # group's first position, after all of q's) the more surely the older it is, so all are
+        # masked exactly when the youngest, mx, is
+        pw = ps[nw]
+        mx = int(pw.max())
+        n_occ = 0
+        if mx >= 0:
+            n_occ = int(np.count_nonzero(pw >= 0))
+            if t == "standard":
                 if p0 - mx < sw:
                     return None
-            elif not is_masked(t, sw, op, p0).all():
+            elif not is_masked(t, sw, mx, p0):
                 return None
         self._write(s, nw, pos, q, tok, keep_dense=True)
         used += n - n_occ
