@@ -55,6 +55,7 @@ _STATE_VALUE = {st: st.value for st in SlotState}
 # the kinds `_emit_selection` emits (steps A-C of the slot selection)
 _SELECTION_KINDS = frozenset({T.SLOT_SELECTED_BY_ID, T.SLOT_SKIP, T.SLOT_SIM, T.SLOT_SELECTED_BY_LCP, T.SLOT_SELECTED_BY_LRU})
 
+
 class ServerCore:
     """The slots, the queue, the RAM cache and the rules of one llama-server, over `memory`."""
 
