@@ -270,11 +270,10 @@ class FastForward:
                 kmax = lim
             gen.append(s)
         b = len(gen)
-        copied = getattr(self.mem, "copied", 0)  # state copied since the last step (a launch's cache load...)
         if len(prm) == 1 and prm[0].state is _STARTED:  # one prompt to start: its step may be fast-forwarded
-            return self._start_and_advance(now, next_arrival, gen, prm, kmax, copied)
-        if copied:  # the simulator charges it to the next plain step's time
-            return 0, now
+            return self._start_and_advance(now, next_arrival, gen, prm, kmax)
+        if getattr(self.mem, "copied", 0):  # state copied since the last step (a launch's cache load...):
+            return 0, now  # the simulator charges it to the next plain step's time
         if any(s.state is _PROMPT for s in prm):
             return self._advance_prompt(now, next_arrival, gen, prm, kmax)
         if prm:  # slots about to start: the next step starts them
@@ -403,8 +402,7 @@ class FastForward:
 
     # -- prompts ---------------------------------------------------------------------------------------
 
-    def _start_and_advance(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int,
-                           copied: int) -> tuple[int, float]:
+    def _start_and_advance(self, now: float, next_arrival: float, gen: list, prm: list, kmax: int) -> tuple[int, float]:
         """The step that starts slot prm[0]'s prompt, and the prompt steps after it, beside generating
         slots. The start is the core's own: `_start_prompt` (n_past, --cache-reuse, the checkpoint
         rewind, the full-match rule), then the `memory_seq_rm [p0, end)` of `_process_prompt`, under
@@ -413,25 +411,17 @@ class FastForward:
         load, a checkpoint restored) charged to the first step as the simulator charges a plain
         step's.
 
-        Checked before anything changes: nothing else waits to start, the task has neither stop
-        words nor its own sampler, the generating slots' samplers are known and none ends in this
-        step, and the batch has room for a chunk. If the start ends the task, or `_advance_prompt`
-        declines, nothing else was done: the plain step that follows finds the slot started (no
-        event of it emitted twice: the chunk's `prompt_seq_rm` comes with the chunk) and decodes as
-        it would have. Why the order may change: in the server the generating slots' tokens go into
+        Checked before anything changes: nothing else waits to start, and the task has neither stop
+        words nor its own sampler. If the start ends the task, or `_advance_prompt` declines (an
+        unknown sampler, a generating slot that ends in the step, no room in the batch, a copy the
+        simulator cannot time), nothing else was done: the plain step that follows finds the slot
+        started (no event of it emitted twice: the chunk's `prompt_seq_rm` comes with the chunk) and
+        decodes as it would have, so those are not checked twice here. Why the order may change: in the server the generating slots' tokens go into
         the batch first, which neither reads nor changes what the start reads (its own slot and
         sequence)."""
         core, s = self.core, prm[0]
         if s.task.params.stop or getattr(s.task.params, "sampling", None) is not None:
             return 0, now
-        if copied and self.copy_time is None:
-            return 0, now
-        if len(gen) >= self.mem.info.n_batch or (gen and not core.params.cont_batching):
-            return 0, now
-        if gen:
-            chains, k = self._chains(gen, 1)
-            if chains is None or k < 1:
-                return 0, now
         started = []
 
         def start(slot) -> None:
@@ -447,7 +437,7 @@ class FastForward:
             started.append(slot)
 
         core.iterate([s], start)
-        copied = getattr(self.mem, "copied", 0)  # (a checkpoint restored by the start adds to it)
+        copied = getattr(self.mem, "copied", 0)  # since the last step: the launch's, and the start's (a restore)
         if not started or s.state is not _PROMPT or (copied and self.copy_time is None):
             return 0, now
         return self._advance_prompt(now, next_arrival, gen, prm, kmax, copied=copied)

@@ -24,7 +24,6 @@ def mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-
 def outside(t: np.ndarray, n_vocab: int) -> bool:
     """True when an id of `t` (non-empty) is negative or >= n_vocab: the batch check every paper
     decode makes. On int32 ids, one unsigned maximum (a negative id reads as 2**31 or more, above
@@ -32,6 +31,7 @@ def outside(t: np.ndarray, n_vocab: int) -> bool:
     if t.dtype == np.int32:
         return int(t.view(np.uint32).max()) >= n_vocab
     return bool(t.min() < 0 or t.max() >= n_vocab)
+
 
 class PaperVocab:
     """Opaque token ids 0..n_vocab-1. Generated tokens are placeholders from the top `n_generated`
