@@ -131,12 +131,13 @@ def _probs(s) -> bool:
 
 class FastForward:
     """Fast-forwards the generation of `core` (a `ServerCore` on a `PaperMemory`); step time `dt_of(n, n_outputs)`
-    for a decode of n tokens (the simulator's speed model)."""
+    for a decode of n tokens and `clocks_of` for runs of generation steps (the simulator's speed model:
+    `decode_time`, `step_clocks`)."""
 
-    def __init__(self, core, dt_of, *, min_steps: int = 2, first_token_only=None, copy_time=None, clocks_of=None):
+    def __init__(self, core, dt_of, clocks_of, *, min_steps: int = 2, first_token_only=None, copy_time=None):
         self.core, self.mem, self.dt_of = core, core.memory, dt_of
         # clocks_of(now, b, x0, n, ctx): the clocks after n generation steps at once, equal to adding
-        # dt_of's one by one (`SpeedModel.step_clocks`); None: stepped in Python
+        # dt_of's one by one (`SpeedModel.step_clocks`)
         self.clocks_of = clocks_of
         # the time of copying n bytes of state (a checkpoint made in a fast-forward's first step is
         # charged to that step, as the simulator charges a plain step's copies); None: no checkpoint
@@ -342,19 +343,8 @@ class FastForward:
         0: no attention terms) run before an arrival or `kend`, and the clock after each: step j + 1
         runs while the clock after step j is below `next_arrival` (plain stepping submits the arrival
         before the first step that starts at or after it). With the speed model's `step_clocks`, in
-        numpy chunks that grow until one reaches the arrival; else step by step."""
+        numpy chunks that grow until one reaches the arrival."""
         dt_of = self.dt_of
-        if self.clocks_of is None:
-            dt = 0.0
-            dt += dt_of(b, b, p0, p0) if p0 else dt_of(b, b)  # b sequences, an output each
-            clocks = [now + dt]
-            c = clocks[0]
-            k = 1
-            while k < kend and c < next_arrival:
-                c += dt_of(b, b, p0 + k * b, p0 + k * b) if p0 else dt
-                clocks.append(c)
-                k += 1
-            return k, clocks
         parts = []
         # the first chunk: as many steps as the first step's time fits before the arrival (later steps
         # are no shorter), so one numpy pass is usually all

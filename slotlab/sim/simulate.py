@@ -278,8 +278,7 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     decoded, decoded_out, decoded_ctx, decoded_kv = mem.decoded, mem.decoded_out, mem.decoded_ctx, mem.decoded_kv
     ctx_cost = mem.count_ctx = speed.t_ctx > 0 or speed.t_kv > 0  # the attention terms need each decode's context
     dt_of = speed.decode_time
-    ff = (FastForward(core, dt_of, first_token_only=on_token, copy_time=speed.copy_time, clocks_of=speed.step_clocks)
-          if fast else None)
+    ff = FastForward(core, dt_of, speed.step_clocks, first_token_only=on_token, copy_time=speed.copy_time) if fast else None
     if ff is not None:
         ff.ctx_cost = ctx_cost
         if isinstance(mem.gen_vocab, PaperVocab):  # the requests' placeholders, computed ahead in bulk
