@@ -64,13 +64,34 @@ class PrefixIndex:
                 lo, left = mid + 1, d
         return lo, seen
 
-    def add(self, entry) -> None:
+    def _place_known(self, toks: np.ndarray, known: dict[int, int]) -> int:
+        """`_place`'s insertion point when every entry's lcp with `toks` is known: the same binary
+        search, each comparison one token read past the lcp."""
+        lo, hi = 0, len(self.sorted)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.sorted[mid]
+            if _after(known[id(e)], e.tokens, toks):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def add(self, entry, known: dict[int, int] | None = None) -> None:
+        """Insert `entry`. `known`: lcp(e.tokens, entry.tokens) by id(e) for every entry held, as
+        `lcps` gave them for equal tokens (the RAM cache's `alloc` has them: it scored the prompt
+        before making room), so the place and the neighbour lcps cost no comparison."""
         toks = entry.tokens
-        j, seen = self._place(toks)
-        left = seen[j - 1] if j - 1 in seen else (common_prefix(self.sorted[j - 1].tokens, toks) if j else 0)
-        right = None
-        if j < len(self.sorted):
-            right = seen[j] if j in seen else common_prefix(self.sorted[j].tokens, toks)
+        if known is not None:
+            j = self._place_known(toks, known)
+            left = known[id(self.sorted[j - 1])] if j else 0
+            right = known[id(self.sorted[j])] if j < len(self.sorted) else None
+        else:
+            j, seen = self._place(toks)
+            left = seen[j - 1] if j - 1 in seen else (common_prefix(self.sorted[j - 1].tokens, toks) if j else 0)
+            right = None
+            if j < len(self.sorted):
+                right = seen[j] if j in seen else common_prefix(self.sorted[j].tokens, toks)
         self.sorted.insert(j, entry)
         self.nb.insert(j, left if j else 0)
         if right is not None:

@@ -366,11 +366,12 @@ class PromptCache:
         """Σ len(entry.tokens): checkpoints do not count here (a running total)."""
         return self._tokens
 
-    def _added(self, e: CacheEntry) -> None:
+    def _added(self, e: CacheEntry, lcps: dict[int, int] | None = None) -> None:
+        """`lcps`: every held entry's lcp with e.tokens, by id (see `PrefixIndex.add`)."""
         object.__setattr__(e, "_cache", self)
         self._bytes += e.size()
         self._tokens += e.n_tokens()
-        self._index.add(e)
+        self._index.add(e, lcps)
 
     def _removed(self, e: CacheEntry) -> None:
         object.__setattr__(e, "_cache", None)
@@ -626,7 +627,7 @@ class PromptCache:
             self._insert_by_last_use(entry)
         else:
             self.entries.append(entry)
-        self._added(entry)
+        self._added(entry, lcps)  # (the entries removed above are not asked: the index no longer holds them)
         self._emit(T.CACHE_ALLOC, "TRC", "alloc", "", entry=entry, entry_id=entry.id,
                    n_tokens=n_new, size=entry.size(), id_slot=id_slot, id_task=id_task)
         return entry

@@ -1,6 +1,7 @@
 """`PrefixIndex` (the RAM cache's entries in lexicographic order) gives every entry's lcp with a
-prompt exactly as one `common_prefix` per entry does, as entries come and go: sequences sharing
-prefixes of every length, prefixes of each other, equal ones, empty ones."""
+prompt exactly as one `common_prefix` per entry does, as entries come and go (added with the lcps
+known or not): sequences sharing prefixes of every length, prefixes of each other, equal ones, empty
+ones."""
 
 from types import SimpleNamespace
 
@@ -23,7 +24,8 @@ def test_lcps_equal_one_comparison_per_entry(ops):
         t = np.array(toks, dtype=np.int32)
         if op == "add":
             e = SimpleNamespace(tokens=t)
-            idx.add(e)
+            # half the adds as the RAM cache's alloc makes them: with the lcps it scored the prompt by
+            idx.add(e, idx.lcps(t) if k % 2 else None)
             live.append(e)
         elif op == "rm" and live:
             idx.remove(live.pop(k % len(live)))
