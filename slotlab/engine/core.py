@@ -189,7 +189,8 @@ class ServerCore:
     def post(self, task: Task) -> None:
         self.tq.post(task)
         if task.type is TaskType.COMPLETION:
-            self.emit(T.TaskQueued(n_tokens=task.n_tokens, id_slot=task.params.id_slot), "", task=task.id)
+            if self.emit.wanted(T.TASK_QUEUED):
+                self.emit(T.TaskQueued(n_tokens=task.n_tokens, id_slot=task.params.id_slot), "", task=task.id)
 
     def slot_action_task(self, action: str, id_slot: int, filename: str | None = None) -> Task:
         """A slot action as a task; request-level errors come back as a finished task."""
@@ -316,15 +317,17 @@ class ServerCore:
                 update_cache, flipped = True, "find-better"
         loaded = res = None
         if ret is not None and update_cache:
-            self.emit(T.CacheUpdateBegin(), "updating prompt cache", task=task.id)
+            if self.emit.wanted(T.CACHE_UPDATE_BEGIN):
+                self.emit(T.CacheUpdateBegin(), "updating prompt cache", task=task.id)
             t0 = time.perf_counter()
             self.glue.prompt_save(ret, task)
             loaded, res = self.glue.prompt_load(ret, task)
             if loaded is False:
                 self.glue.prompt_clear(ret, reason="load_failed")
             self.glue.update(ret, task)
-            self.emit(T.CacheUpdateEnd(), f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
-                      task=task.id)
+            if self.emit.wanted(T.CACHE_UPDATE_END):
+                self.emit(T.CacheUpdateEnd(), f"prompt cache update took {(time.perf_counter() - t0) * 1e3:.2f} ms",
+                          task=task.id)
         if ret is not None and self.cache is not None and loaded is None and self.hindsight is not None:
             self.glue.preview(ret, task)
         won = loaded is True
@@ -376,9 +379,10 @@ class ServerCore:
     def release(self, slot: Slot) -> None:
         if not slot.is_processing:
             return
-        self.emit(T.SlotRelease(n_tokens=len(slot.tokens)),
-                  f"stop processing: n_tokens = {len(slot.tokens)}, truncated = {int(slot.truncated)}", level="INF",
-                  slot=slot)
+        if self.emit.wanted(T.SLOT_RELEASE):
+            self.emit(T.SlotRelease(n_tokens=len(slot.tokens)),
+                      f"stop processing: n_tokens = {len(slot.tokens)}, truncated = {int(slot.truncated)}", level="INF",
+                      slot=slot)
         slot.t_last_used = self._next_time()
         slot.state = SlotState.IDLE
         slot.origin = "slot"
@@ -457,8 +461,10 @@ class ServerCore:
             "stop_type": slot.stop,
             "timings": slot.stats.timings(),
         }
-        self.emit(T.TaskDone(cache_n=slot.stats.n_prompt_cached, prompt_n=slot.stats.n_prompt_processed,
-                             predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens)), "", slot=slot, task=task.id)
+        if self.emit.wanted(T.TASK_DONE):
+            self.emit(T.TaskDone(cache_n=slot.stats.n_prompt_cached, prompt_n=slot.stats.n_prompt_processed,
+                                 predicted_n=slot.stats.n_gen, tokens_cached=len(slot.tokens)), "", slot=slot,
+                      task=task.id)
         self.metrics.on_final(slot)
         task.finish(result=result)
 
@@ -524,8 +530,9 @@ class ServerCore:
         task = slot.task
         slot.stats.t_start = now_us()
         slot.state = SlotState.PROCESSING_PROMPT
-        self.emit(T.PromptStart(),
-                  f"new prompt, n_ctx_slot = {slot.n_ctx}, n_keep = 0, task.n_tokens = {task.n_tokens}", slot=slot)
+        if self.emit.wanted(T.PROMPT_START):
+            self.emit(T.PromptStart(),
+                      f"new prompt, n_ctx_slot = {slot.n_ctx}, n_keep = 0, task.n_tokens = {task.n_tokens}", slot=slot)
         if task.n_tokens == 0:
             self.emit(T.PromptEmpty(), "empty prompt - releasing slot", level="WRN", slot=slot)
             self.send_final_response(slot)
@@ -570,12 +577,13 @@ class ServerCore:
         self.metrics.prompt_tokens_cached_total += n_past
         slot.tokens.keep_first(n_past)
         slot.n_prompt = task.n_tokens
-        div = lcp if lcp < task.n_tokens else -1
-        div_text = self.vocab.token_to_piece(int(inp[lcp])).decode("utf-8", "replace") if div >= 0 else ""
-        self.emit(T.PromptPlan(n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode, origin=slot.origin,
-                               shifts=list(slot.shifts), divergence=div, div_text=div_text, checkpoints=ckpts_before,
-                               pos_min=pos_min, pos_min_thold=pos_min_thold, cache_prompt=task.params.cache_prompt,
-                               n_cache_reuse=task.params.n_cache_reuse), "", slot=slot)
+        if self.emit.wanted(T.PROMPT_PLAN):
+            div = lcp if lcp < task.n_tokens else -1
+            div_text = self.vocab.token_to_piece(int(inp[lcp])).decode("utf-8", "replace") if div >= 0 else ""
+            self.emit(T.PromptPlan(n_past=n_past, n_prompt=task.n_tokens, lcp=lcp, ckpt=ckpt_mode, origin=slot.origin,
+                                   shifts=list(slot.shifts), divergence=div, div_text=div_text, checkpoints=ckpts_before,
+                                   pos_min=pos_min, pos_min_thold=pos_min_thold, cache_prompt=task.params.cache_prompt,
+                                   n_cache_reuse=task.params.n_cache_reuse), "", slot=slot)
         return True
 
     def _process_prompt(self, slot: Slot) -> None:
@@ -676,7 +684,8 @@ class ServerCore:
             self.emit(T.DecodeFailed(ret=ret, off=off, n_batch=n_batch), "failed to process speculative batch",
                       level="ERR")
             raise RuntimeError("failed to process speculative batch")  # update_slots aborts every slot
-        self.emit(T.Decode(off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3), "")
+        if self.emit.wanted(T.DECODE):
+            self.emit(T.Decode(off=off, n_tokens=n, n_prompt=n_prompt, ms=dt * 1e3), "")
         return True, n_batch
 
     def metrics_post_decode(self, off: int, n: int, dt: float) -> int:

@@ -18,6 +18,16 @@ class Emitter:
         self.bus = bus
         self.slots = slots
 
+    def wanted(self, kind: str) -> bool:
+        """Whether an event of `kind` would be kept; when not, it is numbered as refused (as `__call__`
+        numbers it), so a hot caller asks first and builds neither the payload nor its line: a
+        simulation nobody reads refuses ten a request."""
+        only = self.bus.only
+        if only is None or kind in only:
+            return True
+        self.bus.skip()
+        return False
+
     def __call__(self, payload: Payload, message: str = "", *, level: str = "TRC", slot: Any = None,
                  task: int | None = None):
         bus = self.bus

@@ -331,7 +331,8 @@ class FastForward:
             if not core.accept_token(s, ch[j]):
                 core.send_final_response(s)
                 core.release(s)
-        core.emit(T.Decode(off=0, n_tokens=k * b, n_prompt=0, ms=(time.perf_counter() - t0) * 1e3, _steps=k), "")
+        if core.emit.wanted(T.DECODE):
+            core.emit(T.Decode(off=0, n_tokens=k * b, n_prompt=0, ms=(time.perf_counter() - t0) * 1e3, _steps=k), "")
         core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k
@@ -384,11 +385,13 @@ class FastForward:
         `prompt_batch`."""
         emit = self.core.emit
         p0 = len(s.tokens)
-        emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
+        if emit.wanted(T.PROMPT_SEQ_RM):
+            emit(T.PromptSeqRm(), f"cached n_tokens = {p0}, memory_seq_rm [{p0}, end)", slot=s)
         s.tokens.extend(s.task.tokens[p0:p0 + a])
         if s.stats.is_set():
             s.stats.n_prompt_processed += a
-        emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
+        if emit.wanted(T.PROMPT_BATCH):
+            emit(T.PromptBatch(n_added=a, n_tokens=len(s.tokens), n_prompt=s.task.n_tokens), "", slot=s)
 
     # -- prompts ---------------------------------------------------------------------------------------
 
@@ -609,7 +612,8 @@ class FastForward:
         met.on_decode(core.slots, k)
         dt = time.perf_counter() - t0
         met.on_prompt(n_prompt, dt)
-        emit(T.Decode(off=0, n_tokens=sum(sizes[:k]), n_prompt=n_prompt, ms=dt * 1e3, _steps=k), "")
+        if emit.wanted(T.DECODE):
+            emit(T.Decode(off=0, n_tokens=sum(sizes[:k]), n_prompt=n_prompt, ms=dt * 1e3, _steps=k), "")
         core.emit_snapshots()
         self.n_bulk += 1
         self.n_steps += k
