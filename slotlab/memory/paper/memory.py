@@ -106,7 +106,9 @@ class PaperMemory:
         self.n_draft = n_draft
         self.seed = int(seed)
         self.draft_acceptance = float(draft_acceptance)
-        self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # the rows of the last successful target decode: (tokens, positions, logits requested), or the
+        # last bulk step's (runs, logit rows), made into those arrays only when a sample reads them
+        self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[Sequence, Sequence] | None = None
         self.stats = {"decode": 0, "decode_tokens": 0, "decode_full": 0, "decode_draft": 0, "state_get": 0,
                       "state_set": 0}
 
@@ -164,6 +166,12 @@ class PaperMemory:
         """(token, position) of row `i` of the last successful target decode, which must have
         requested logits for it (as `llama_get_logits_ith` requires); ValueError otherwise."""
         rows = self._last
+        if rows is not None and len(rows) == 2:  # a bulk step's runs (advance_steps)
+            runs, want_rows = rows
+            tok, pos, _ = step_batch(runs)
+            want = np.zeros(len(tok), dtype=np.int8)
+            want[list(want_rows)] = 1
+            rows = self._last = (tok, pos, want)
         if rows is None or not 0 <= i < len(rows[0]):
             raise ValueError(f"no logits for batch index {i} of the last decode")
         tok, pos, logits = rows
@@ -429,10 +437,7 @@ class PaperMemory:
             return 0
         self.stats["decode"] += m
         self.stats["decode_tokens"] += sum(sizes[:m])
-        tok, pos, _ = batch if batch is not None and m == len(steps) else step_batch(steps[m - 1])
-        want = np.zeros(len(tok), dtype=np.int8)
-        want[list(logits[m - 1])] = 1
-        self._last = (tok, pos, want)
+        self._last = (steps[m - 1], logits[m - 1])  # made into rows if a sample reads them (last_row)
         return m
 
     def step_fits(self, runs: Sequence[tuple[int, Any, int]]) -> bool:
@@ -477,6 +482,7 @@ class PaperMemory:
         n_seq, n_vocab = self.info.n_seq_max, self.n_vocab
         nxt: dict[int, int] = {}  # seq -> the position its next cell must have
         start: dict[int, int] = {}  # seq -> the position of its first cell in the steps
+        arrays: dict[int, list] = {}  # seq -> its token arrays over the steps: their ids checked at once
         for st in steps:  # checked before anything is written: -1 must leave the memory as it was
             for q, t, p0 in st:
                 if not 0 <= q < n_seq:
@@ -491,15 +497,17 @@ class PaperMemory:
                         return -1  # another sequence's cells in its window stream: the real decode
                 if p0 != nxt[q]:
                     return -1  # not position after position (the real decode may still take it)
-                if len(t):
+                if len(t) and n_vocab > 0:
                     if isinstance(t, np.ndarray):
-                        if n_vocab > 0 and outside(t, n_vocab):
-                            return -1
-                    elif n_vocab > 0 and not all(0 <= x < n_vocab for x in t):
+                        arrays.setdefault(q, []).append(t)
+                    elif not all(0 <= x < n_vocab for x in t):
                         return -1
                 nxt[q] = p0 + len(t)
             if win is not None and len({q for q, _, _ in st}) != len(st):
                 return -1  # a sequence in two runs of one step: split_equal's general loop
+        for ts in arrays.values():  # (a prompt's chunks: one check, not one a chunk)
+            if outside(ts[0] if len(ts) == 1 else np.concatenate(ts), n_vocab):
+                return -1
         free = [cache.free(st) for st in range(n_stream)]
         parts: dict[int, list] = {q: [] for q in nxt}  # seq -> its token runs, in order
         n_ub = self.n_ubatch
