@@ -40,7 +40,8 @@ def _state(mem: PaperMemory, n_seq: int):
     for c in mem.tgt.caches:  # a window cache's layout: every cell, the heads, the used counts
         if isinstance(c, CellCache):
             out.append((c.pos.tolist(), c.seq.tolist(), c.tok.tolist(), list(c.head), list(c.used)))
-    last = None if mem._last is None else [a.tolist() for a in mem._last]
+    rows = mem.last_rows()
+    last = None if rows is None else [a.tolist() for a in rows]
     return out, last, mem.stats["decode"], mem.stats["decode_tokens"]
 
 

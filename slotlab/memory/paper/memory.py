@@ -162,9 +162,9 @@ class PaperMemory:
         """The placeholder sampled after `token` at `pos` with a sampler of seed `seed`."""
         return self.gen_vocab.generated(token, pos, seed ^ self.seed)
 
-    def last_row(self, i: int) -> tuple[int, int]:
-        """(token, position) of row `i` of the last successful target decode, which must have
-        requested logits for it (as `llama_get_logits_ith` requires); ValueError otherwise."""
+    def last_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(tokens, positions, logits requested) of the rows of the last successful target decode
+        (None before one); a bulk prompt step's are made from its runs here, when first read."""
         rows = self._last
         if rows is not None and len(rows) == 2:  # a bulk step's runs (advance_steps)
             runs, want_rows = rows
@@ -172,6 +172,12 @@ class PaperMemory:
             want = np.zeros(len(tok), dtype=np.int8)
             want[list(want_rows)] = 1
             rows = self._last = (tok, pos, want)
+        return rows
+
+    def last_row(self, i: int) -> tuple[int, int]:
+        """(token, position) of row `i` of the last successful target decode, which must have
+        requested logits for it (as `llama_get_logits_ith` requires); ValueError otherwise."""
+        rows = self.last_rows()
         if rows is None or not 0 <= i < len(rows[0]):
             raise ValueError(f"no logits for batch index {i} of the last decode")
         tok, pos, logits = rows
