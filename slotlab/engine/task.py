@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger("slotlab.engine")
+_EVENT_LOCK = threading.Lock()  # one waiter makes Task._done (see there)
 
 
 class TaskType(enum.Enum):
@@ -69,7 +70,9 @@ class Task:
     id_slot: int = -1  # the slot it ran in
     result: dict | None = None
     error: TaskError | None = None
-    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    # made by the first `wait` (live mode; under _EVENT_LOCK, after which it reads the state): a
+    # simulation makes a task per request and never waits, and an Event is a Condition and a lock
+    _done: threading.Event | None = field(default=None, repr=False)
     # called from the engine thread: on_token(task, token_id) per sampled token; done callbacks at the end
     on_token: object = field(default=None, repr=False)
     _callbacks: list = field(default_factory=list, repr=False)
@@ -92,7 +95,9 @@ class Task:
             return
         self.result, self.error = result, error
         self.state = TaskState.DONE
-        self._done.set()
+        ev = self._done  # read after the state is DONE: a waiter making it now sees DONE and sets it
+        if ev is not None:
+            ev.set()
         for cb in self._callbacks:
             try:
                 cb(self)
@@ -108,6 +113,11 @@ class Task:
 
     def wait(self, timeout: float | None = None) -> dict:
         """Block until done (live mode); returns the result or raises the task's error."""
+        with _EVENT_LOCK:
+            if self._done is None:
+                self._done = threading.Event()
+                if self.state is TaskState.DONE:  # finished before anyone waited
+                    self._done.set()
         if not self._done.wait(timeout):
             raise TimeoutError(f"task {self.id} not done after {timeout} s")
         if self.error is not None:
