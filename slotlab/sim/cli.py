@@ -67,6 +67,21 @@ def profile_rows(specs: list[str] | None = None, *, n_tokens: tuple[int, ...] = 
     return rows
 
 
+_ROWS = "\x00results\x00"  # (a string no report holds: json.dumps writes it escaped)
+
+
+def json_text(doc: dict) -> str:
+    """`doc` as indented JSON with each of its per-request `results` on one line: readable, and the
+    rows written by the C encoder (`indent` makes json.dumps use the pure-Python one: a tenth of a
+    second on 12,000 rows)."""
+    rows = doc.get("results")
+    if not isinstance(rows, list) or not rows:
+        return json.dumps(doc, indent=1)
+    text = json.dumps({**doc, "results": _ROWS}, indent=1)
+    body = ",\n  ".join(json.dumps(r) for r in rows)
+    return text.replace(json.dumps(_ROWS), "[\n  " + body + "\n ]", 1)
+
+
 def add_speed_args(ap) -> None:
     """The speed options every simulating command takes (simulate, a fleet, whatif)."""
     from slotlab.sim.gpus import GPUS
@@ -311,7 +326,7 @@ def simulate_main(argv: list[str]) -> int:
             doc["notes"] = list(trace.notes)
         doc.update(sw.as_json())
         if args.json:
-            print(json.dumps(doc, indent=1))
+            print(json_text(doc))
         else:
             print("\n".join(res.lines(limit=None if args.all else 50)))
             print("\n".join(sw.lines()))
@@ -325,7 +340,7 @@ def simulate_main(argv: list[str]) -> int:
     if getattr(trace, "notes", None):
         doc["notes"] = list(trace.notes)
     if args.json:
-        print(json.dumps(doc, indent=1))
+        print(json_text(doc))
     else:
         print("\n".join(res.lines(limit=None if args.all else 50)))
     return 0
