@@ -54,9 +54,8 @@ class CacheGlue:
             self.emit.bus.skip()
             return
         entry, kind = rec.entry, rec.kind
-        if self.hindsight is None and not self.emit.bus.wants(kind):
-            self.emit.bus.skip()  # nobody reads it: numbered, not built (a simulation's look-ups and loads)
-            return
+        if self.hindsight is None and not self.emit.wanted(kind):
+            return  # nobody reads it: numbered, not built (a simulation's look-ups and loads)
         # events carry plain numbers (the cache computes in float32): only the cache's own fields can
         # be numpy floats (entry_json and scores_json make plain values), so only they are looked at,
         # as they are copied (this runs for every record: ~6 a request)

@@ -331,8 +331,7 @@ class ServerCore:
         if ret is not None and self.cache is not None and loaded is None and self.hindsight is not None:
             self.glue.preview(ret, task)
         won = loaded is True
-        if not self.emit.bus.wants(T.SLOT_DECISION):
-            self.emit.bus.skip()
+        if not self.emit.wanted(T.SLOT_DECISION):
             return ret
         self.emit(T.SlotDecision(how=sel.how, f_sim=float(sel.f_sim_best),
                                  f_keep=None if sel.f_keep is None else float(sel.f_keep), update_cache=update_cache,

@@ -29,8 +29,8 @@ token at the position are checked to be the sampler's.
 Prompts too (`_advance_prompt`): the step that starts one (`_start_and_advance`: the core's own
 `_start_prompt`, with its cache, --cache-reuse and checkpoint decisions, and the `memory_seq_rm` of
 `_process_prompt`, run first; the state copied since the last step charged to that step) and the
-further `-b` chunks, which decide nothing, as long as no checkpoint can be created in it and no waiting slot would
-start in the step. Where the memory needs checkpoints (a sliding window, a recurrent part), a chunk
+further `-b` chunks, which decide nothing, as long as no checkpoint can be created in it and no
+waiting slot would start in the step. Where the memory needs checkpoints (a sliding window, a recurrent part), a chunk
 is cut as `checkpoints.cut` cuts it, and the steps stop before the first chunk that `_process_prompt`
 would leave with do_checkpoint on (one that ends the prompt, ends within n_ubatch of its end, or
 starts at a user message) unless it is the first step: then its `maybe_create` runs before the
@@ -43,12 +43,12 @@ the slot makes checkpoints), and
 `PaperMemory.advance_steps` applies the batches. Each chunk emits its `prompt_seq_rm` / `prompt_batch`
 as `_process_prompt` does.
 
-The step that ends a slot beside a prompt being processed, and every step with two starting prompts (or
-one beside a prompt being processed), a queued task, a stop word,
-speculative decoding, a sampler it does not know or state copied since the last step outside a start
-(its time is charged to the next plain step), is left to the plain `ServerCore.step()`. So every decision is the
-plain stepping's (tests/sim/test_fastforward.py and test_prompt_bulk.py compare both modes request
-by request and RAM-cache decision by decision).
+The step that ends a slot beside a prompt being processed, and every step with two starting prompts
+(or one beside a prompt being processed), a queued task, a stop word, speculative decoding, a sampler
+it does not know or state copied since the last step outside a start (its time is charged to the next
+plain step), is left to the plain `ServerCore.step()`. So every decision is the plain stepping's
+(tests/sim/test_fastforward.py and test_prompt_bulk.py compare both modes request by request and
+RAM-cache decision by decision).
 
 What changes in the event stream: per fast-forward, ONE `decode` event (off 0, n_tokens = all tokens
 of the k steps, n_prompt their prompt tokens, `ms` the wall time of the bulk, `_steps` = k) instead
@@ -409,9 +409,9 @@ class FastForward:
         unknown sampler, a generating slot that ends in the step, no room in the batch, a copy the
         simulator cannot time), nothing else was done: the plain step that follows finds the slot
         started (no event of it emitted twice: the chunk's `prompt_seq_rm` comes with the chunk) and
-        decodes as it would have, so those are not checked twice here. Why the order may change: in the server the generating slots' tokens go into
-        the batch first, which neither reads nor changes what the start reads (its own slot and
-        sequence)."""
+        decodes as it would have, so those are not checked twice here. Why the order may change: in
+        the server the generating slots' tokens go into the batch first, which neither reads nor
+        changes what the start reads (its own slot and sequence)."""
         core, s = self.core, prm[0]
         if s.task.params.stop or getattr(s.task.params, "sampling", None) is not None:
             return 0, now

@@ -431,12 +431,10 @@ class PaperMemory:
             m = self._bulk_steps(ctx, cache, steps)
         elif ctx.iswa and cache.spec.size >= self.n_ubatch and cache.spec.n_stream > 1:
             m = self._bulk_steps(ctx, cache, steps, win=ctx.attn[1])
-        batch = None
         if m < 0:  # step by step
             m = 0
             for st in steps:
-                batch = step_batch(st)
-                if ctx.decode(*batch, self.n_ubatch, self.n_vocab) != 0:
+                if ctx.decode(*step_batch(st), self.n_ubatch, self.n_vocab) != 0:
                     break
                 m += 1
         if m == 0:
