@@ -53,11 +53,10 @@ def merge_totals(trace, results: list[dict], server_totals: list[dict], wall_s: 
     if len(st) == 1:
         bound = st[0]["infinite_cache_tokens"]
     elif trace.block:
-        from slotlab import ideal as I
-        from slotlab.ideal.policies import infinite
+        from slotlab.ideal import infinite_hit_tokens
 
         mask = [d["status"] == 200 and "action" not in d for d in results]
-        bound = infinite(I.slotlab_plan(trace.requests, trace.block, next_use=False), mask).hit_tokens
+        bound = infinite_hit_tokens(trace.requests, trace.block, mask)[0]
     else:
         bound = None
     t = {

@@ -59,8 +59,9 @@ def build_plan(blocks: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]],
                extra: Sequence[int] | None = None, next_use: bool = True) -> BlockPlan:
     """The plan of requests given as block ids (`blocks[r]`) and per-block token counts (`tokens[r]`);
     `extra[r]`: tokens of request r outside its blocks. `next_use` False: the next uses are not
-    computed (`next_use` is empty), for the policies that never look ahead (`infinite`, which
-    `slotlab simulate` runs on every trace: the backward pass was half of its cost)."""
+    computed (`next_use` is empty), for the policies that never look ahead (`infinite`; the bound
+    `slotlab simulate` reports on every run takes `slotlab.ideal.infinite_hit_tokens`, which needs
+    no plan at all)."""
     node: list[int] = []
     tok: list[int] = []
     starts = [0]

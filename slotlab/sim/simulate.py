@@ -448,14 +448,13 @@ def _simulate(trace, flags, run_flags, *, speed, profile, vocab, progress, keep_
     ideal = None
     if trace.block:  # the infinite bound over the same requests as the totals (a failed one in neither)
         from slotlab import ideal as I
-        from slotlab.ideal.policies import infinite
 
         if bounds:
             bpt = mem.profile.bytes_per_token(params.cache_type_k, params.cache_type_v)
             ram = float("inf") if params.cache_ram < 0 else params.cache_ram * 2**20
             ideal = I.bounds(trace, ok_mask, mem.n_ctx * bpt + ram, bpt)
-        bound = (ideal.reuse["infinite"] if ideal is not None else
-                 infinite(I.slotlab_plan(reqs, trace.block, next_use=False), ok_mask)).hit_tokens
+        bound = (ideal.reuse["infinite"].hit_tokens if ideal is not None else
+                 I.infinite_hit_tokens(reqs, trace.block, ok_mask)[0])
     else:
         bound = 0
     totals = {

@@ -527,8 +527,6 @@ def infinite_cache_bound(trace: SimTrace) -> tuple[int, int]:
     that succeeded, as its totals."""
     if not trace.block:
         return 0, 0
-    from slotlab.ideal import slotlab_plan
-    from slotlab.ideal.policies import infinite
+    from slotlab.ideal import infinite_hit_tokens
 
-    r = infinite(slotlab_plan(trace.requests, trace.block, next_use=False))
-    return r.hit_tokens, r.total_tokens
+    return infinite_hit_tokens(trace.requests, trace.block)

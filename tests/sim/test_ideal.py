@@ -164,3 +164,27 @@ def test_simulate_puts_the_bounds_beside_its_own_figure():
     assert b["budget_gib"] == pytest.approx((res.engine.memory.n_ctx * bpt + 2048 * 2**20) / 2**30, abs=1e-6)
     text = "\n".join(res.lines(per_request=False))
     assert "an ideal prefix cache of the same memory" in text and "as kvcache-simulator counts it" in text
+
+
+def test_the_one_pass_infinite_bound_is_the_infinite_cache_over_the_plan(tmp_path):
+    """`infinite_hit_tokens` (what simulate, the fleet and the trace summary count) equals the
+    infinite policy walked over `slotlab_plan`, on the traces above, with and without a mask of
+    failed requests, and on requests that end inside their block list, carry no ids, have an empty
+    prompt, or a block size of 0."""
+    from types import SimpleNamespace
+
+    from slotlab.ideal.policies import infinite
+
+    rng = random.Random(7)
+    cases = [(load_mooncake(p).requests, 512) for p in _traces(tmp_path)]
+    odd = []
+    for i in range(300):
+        ids = rng.choice([None, [], [0], [0, 1, 2], [0, 1, 3, 4], [5, 6], [0, 1, 2, 7, 8, 9], [0, 10 + i]])
+        odd.append(SimpleNamespace(n_prompt=rng.choice([0, 1, 511, 512, 513, 1100, 2600, 5000]), hash_ids=ids))
+    cases += [(odd, 512), (odd, 256), (odd, 0)]
+    for reqs, block in cases:
+        mask = [rng.random() < 0.7 for _ in reqs]
+        for m in (None, mask):
+            want = infinite(I.slotlab_plan(reqs, block, next_use=False), m)
+            assert I.infinite_hit_tokens(reqs, block, m) == (want.hit_tokens, want.total_tokens)
+        assert I.infinite_hit_tokens(reqs, block)[0] > 0 or block == 0
