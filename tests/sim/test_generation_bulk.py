@@ -284,3 +284,120 @@ def test_dense_stream_path_is_the_general_find_and_apply(swa_type, seed):
                 d = fast.dense[s]
                 if d is not None:  # (None: not known, recomputed when asked)
                     assert d == _dense_truth(fast, s), (trial, step, s)
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric"])
+@pytest.mark.parametrize("seed", range(5))
+def test_window_place_runs_is_place_alone_group_after_group(swa_type, seed):
+    """`CellCache.place_runs` (one sequence's groups of a prompt fast-forward placed at once on the
+    stream's runs of cells, written once) against `place_alone` group after group, from the layouts
+    a random history leaves: groups of every size (wrapping the ring, head resets, purges, larger
+    than the cache), cut-backs and prefix `seq_rm`, `seq_add` (not dense: refused), generation in
+    bulk, windows smaller and larger than the cache. Where it accepts, the cells, heads, counts,
+    extremes, written sizes and the dense record are the reference's; where it refuses, nothing
+    changed. It must accept most batches (else this proves nothing)."""
+    rng = np.random.default_rng(9100 + 10 * seed + len(swa_type))
+    accepted = refused = 0
+    for trial in range(12):
+        size = int(rng.choice([16, 40, 64, 256]))
+        n_stream = int(rng.integers(1, 4))
+        n_swa = int(rng.integers(2, size + 8))
+        fast, ref = _window(size, n_stream, n_swa, swa_type), _window(size, n_stream, n_swa, swa_type)
+        fast._MAX_RUNS = 1 << 30  # (the bound on runs is a cost limit, not a rule: off here)
+        caches = (fast, ref)
+        for step in range(30):
+            q = int(rng.integers(0, n_stream)) if n_stream > 1 else 0
+            p0 = fast.pos_max(q) + 1 if fast.pos_max(q) >= 0 else int(rng.integers(0, 5))
+            r = rng.random()
+            if r < 0.15 and p0 > 1:
+                p1 = p0 if rng.random() < 0.5 else int(rng.integers(1, p0))
+                a = 0 if rng.random() < 0.5 else int(rng.integers(0, p1))
+                for c in caches:
+                    c.seq_rm(q, a, p1)
+                continue
+            if r < 0.22 and p0 > 4:  # all but the last few: the head stays where it was, few cells used
+                keep = int(rng.integers(1, 4))
+                for c in caches:
+                    c.seq_rm(q, 0, p0 - keep)
+            elif r < 0.25 and p0 > 4:
+                for c in caches:
+                    c.seq_add(q, 2, p0, -2)
+            elif r < 0.35:
+                k = int(rng.integers(1, size))
+                feed = rng.integers(0, 99, (k, 1)).astype(np.int32)
+                assert fast.advance_tokens([q], [p0], feed, k) == ref.advance_tokens([q], [p0], feed, k)
+                continue
+            p0 = fast.pos_max(q) + 1 if fast.pos_max(q) >= 0 else p0
+            top = 4 if rng.random() < 0.5 else size // 2 + 2  # small groups too: head resets after purges
+            sizes = [int(rng.integers(1, top)) for _ in range(int(rng.integers(1, 9)))]
+            if rng.random() < 0.1:
+                sizes.append(size + 1)  # a group larger than the cache: refused
+            tok = rng.integers(0, 99, sum(sizes)).astype(np.int32)
+            before = _cells(fast, n_stream)
+            if fast.place_runs(q, p0, sizes, tok):
+                accepted += 1
+                o = 0
+                for n in sizes:
+                    ok = ref.place_alone([[(q, np.arange(p0 + o, p0 + o + n, dtype=np.int32), tok[o:o + n])]])
+                    assert ok, (trial, step)
+                    o += n
+                assert _cells(fast, n_stream) == _cells(ref, n_stream), (trial, step)
+                s = fast.stream_of(q)
+                assert fast.dense[s] == _dense_truth(fast, s), (trial, step)
+            else:
+                refused += 1
+                assert _cells(fast, n_stream) == before, (trial, step)
+                left = []  # refused only where a group leaves the dense path
+                dense = fast._place_dense
+                fast._place_dense = lambda *a, **k: left.append(r := dense(*a, **k)) or r
+                o = 0
+                for n in sizes:  # the per-group path on both, to go on from the same layout
+                    g = [[(q, np.arange(p0 + o, p0 + o + n, dtype=np.int32), tok[o:o + n])]]
+                    assert fast.place_alone(g) == ref.place_alone(g)
+                    o += n
+                del fast._place_dense
+                assert None in left or len(left) < len(sizes), (trial, step)
+                assert _cells(fast, n_stream) == _cells(ref, n_stream), (trial, step)
+    assert accepted > 50, (accepted, refused)
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric"])
+def test_window_place_runs_from_any_dense_layout(swa_type):
+    """The same comparison from dense layouts set cell by cell: a sequence's positions lo..hi in a few
+    runs at random cells, the head anywhere (so `find_slot`'s head reset, head > used + 2 n, and the
+    scan from cell 0 at the end of the ring both occur), groups of one to a third of the cache."""
+    rng = np.random.default_rng(9300 + len(swa_type))
+    accepted = 0
+    resets = 0
+    for trial in range(300):
+        size = int(rng.choice([16, 40, 64]))
+        n_swa = int(rng.integers(1, size))
+        fast, ref = _window(size, 1, n_swa, swa_type), _window(size, 1, n_swa, swa_type)
+        n = int(rng.integers(1, size // 2))
+        cells = rng.permutation(size)[:n]
+        cells = np.sort(cells) if rng.random() < 0.5 else cells
+        lo = int(rng.integers(0, 50))
+        head = int(rng.integers(0, size + 1))
+        tok = rng.integers(0, 99, n).astype(np.int32)
+        for c in (fast, ref):
+            c.pos[0][cells] = np.arange(lo, lo + n)
+            c.seq[0][cells] = 0
+            c.tok[0][cells] = tok
+            c.used[0], c.head[0] = n, head
+            c.seqs[0] = {0}
+        sizes = [int(rng.integers(1, size // 3 + 1)) for _ in range(int(rng.integers(1, 6)))]
+        resets += head > n + 2 * sizes[0]
+        new = rng.integers(0, 99, sum(sizes)).astype(np.int32)
+        p0 = lo + n
+        before = _cells(fast, 1)
+        if fast.place_runs(0, p0, sizes, new):
+            accepted += 1
+            o = 0
+            for k in sizes:
+                assert ref.place_alone([[(0, np.arange(p0 + o, p0 + o + k, dtype=np.int32), new[o:o + k])]])
+                o += k
+            assert _cells(fast, 1) == _cells(ref, 1), trial
+            assert fast.dense[0] == _dense_truth(fast, 0), trial
+        else:
+            assert _cells(fast, 1) == before, trial
+    assert accepted > 50 and resets > 20, (accepted, resets)
