@@ -480,9 +480,8 @@ class PaperMemory:
         `PaperContext._unsplit`), and takes each sequence's rows in order whatever the split: its cells
         are appended once, after the last step. The window half needs the split: each step's
         ubatches (`split_equal_spans`, sequential, as `PaperContext._place` splits without
-        --kv-unified) are placed as its decode would place them, after the step's count-cache check
-        passed, as `_place` checks the full half first: all of a sequence's groups at once where they
-        keep the dense layout (`_bulk_window`), else step by step (`CellCache.place_alone`)."""
+        --kv-unified) are placed as its decode would place them (`CellCache.place_alone`), after the
+        step's count-cache check passed, as `_place` checks the full half first."""
         n_stream = cache.spec.n_stream
         n_seq, n_vocab = self.info.n_seq_max, self.n_vocab
         nxt: dict[int, int] = {}  # seq -> the position its next cell must have
@@ -514,13 +513,10 @@ class PaperMemory:
             if outside(ts[0] if len(ts) == 1 else np.concatenate(ts), n_vocab):
                 return -1
         free = [cache.free(st) for st in range(n_stream)]
+        parts: dict[int, list] = {q: [] for q in nxt}  # seq -> its token runs, in order
         n_ub = self.n_ubatch
-        placed = win is not None and self._bulk_window(cache, win, steps, start, free)
-        if placed:
-            m, parts = placed
-        else:
-            m, parts = 0, {q: [] for q in nxt}  # seq -> its token runs, in order
-        for st in steps if not placed else ():
+        m = 0
+        for st in steps:
             need = [0] * n_stream
             for q, t, _ in st:
                 need[cache.stream_of(q)] += len(t)
@@ -551,9 +547,9 @@ class PaperMemory:
             return 0
         ends = {}
         for q, ts in parts.items():
-            if not len(ts):
+            if not ts:
                 continue
-            toks = ts if placed else np.concatenate([np.asarray(t, dtype=np.int32) for t in ts])
+            toks = np.concatenate([np.asarray(t, dtype=np.int32) for t in ts])
             p0 = start[q]
             ends[q] = p0 + len(toks)
             cache.seq_cells(q).extend(np.arange(p0, ends[q], dtype=np.int32), toks, in_order=True)
@@ -561,54 +557,6 @@ class PaperMemory:
         if ctx.recr is not None:  # the recurrent part: each sequence's state ends at its last position
             ctx.recr.commit({q: e - 1 for q, e in ends.items()})
         return m
-
-    def _bulk_window(self, cache: CountCache, win, steps, start: dict[int, int], free: list[int]):
-        """`_bulk_steps`' step loop with the window half placed per sequence at once: the steps the
-        count cache takes (a stream's free cells for its rows, as there) are counted first, their
-        ubatch groups split as the decode splits them (`split_equal_spans`, sequential), and then each
-        sequence's groups are planned on its window stream (`CellCache.plan_runs`) and written only
-        when every sequence planned. Returns (steps applied, seq -> its tokens over them as one
-        array), or None (nothing changed: a group leaves the dense path, so `_bulk_steps` places
-        them one by one, which may also find a step the window refuses).
-
-        Why the same: without --kv-unified each sequence has a stream of its own in both halves, so
-        one stream's placements do not depend on another's, and a dense placement never fails, so the
-        steps applied are exactly those the count cache takes."""
-        n_stream, n_ub = cache.spec.n_stream, self.n_ubatch
-        groups: dict[int, list[int]] = {q: [] for q in start}
-        runs: dict[int, list] = {q: [] for q in start}
-        m = 0
-        for st in steps:
-            need = [0] * n_stream
-            for q, t, _ in st:
-                need[cache.stream_of(q)] += len(t)
-            if any(k > f for k, f in zip(need, free)):
-                break
-            rows, a = [], 0
-            for q, t, _ in st:
-                rows.append((q, a, a + len(t)))
-                a += len(t)
-                if len(t):
-                    runs[q].append(t)
-            for ub in split_equal_spans(rows, n_ub, sequential=True):
-                for q, _, k in ub:
-                    groups[q].append(k)
-            free = [f - k for k, f in zip(need, free)]
-            m += 1
-        if m == 0:
-            return None
-        plans = {}
-        for q, gs in groups.items():
-            if gs:
-                plan = win.plan_runs(q, start[q], gs)
-                if plan is None:
-                    return None
-                plans[q] = plan
-        toks = {q: (np.asarray(ts[0], dtype=np.int32) if len(ts) == 1 else
-                    np.concatenate([np.asarray(t, dtype=np.int32) for t in ts])) for q, ts in runs.items() if ts}
-        for q, plan in plans.items():
-            win.apply_runs(q, plan, toks[q])
-        return m, toks
 
     def decode_draft(self, batch: Batch, off: int, n: int) -> int:
         self.stats["decode_draft"] += 1

@@ -504,7 +504,7 @@ class CellCache:
         `--kv-unified`), the groups given as (seq, positions, tokens) per ubatch: placed as `prepare`
         places them (ubatch by ubatch, groups by sequence), journaled; False, with everything undone,
         when one does not fit. The simulator's prompt fast-forward (`PaperMemory.advance_steps`) calls
-        it per step, without building the step's batch arrays, where `plan_runs` declines a batch."""
+        it per step, without building the step's batch arrays."""
         self._begin()
         for ub in ubatches:
             for q, pos, tok in sorted(ub, key=lambda g: g[0]) if len(ub) > 1 else ub:
@@ -513,149 +513,6 @@ class CellCache:
                     return False
         self._end()
         return True
-
-    _MAX_RUNS = 64  # cell runs of a stream the batched placement keeps (more: the per-group path)
-
-    def place_runs(self, q: int, p0: int, sizes: list[int], tok: np.ndarray) -> bool:
-        """`plan_runs`, then `apply_runs` if it planned: True when placed, False (nothing changed) when
-        not every group takes the dense path."""
-        plan = self.plan_runs(q, p0, sizes)
-        if plan is None:
-            return False
-        self.apply_runs(q, plan, tok)
-        return True
-
-    def plan_runs(self, q: int, p0: int, sizes: list[int]):
-        """Plan the placement of sequence `q`'s groups of `sizes` tokens (positions p0, p0 + 1, ... in
-        order), each as `_place_dense` places one, in a stream that holds only q's cells. All or
-        nothing: None unless every group takes the dense path. The cells are not touched until
-        `apply_runs(q, plan, tok)` (`tok`: the groups' tokens), so a caller may plan several streams
-        and apply only when all planned. The simulator's prompt fast-forward
-        (`PaperMemory._bulk_steps`) gives it all of one sequence's ubatch groups of its steps at once:
-        streams do not interact, and a dense placement never fails.
-
-        Why it is cheaper: `_place_dense` reads and writes the cells of every group (numpy slices, a
-        journal). Here the stream is held as its runs of cells with consecutive positions (each a cell
-        range and its first position; a stream in the dense layout holds few), so a group's largest
-        overwritten position, its count of occupied cells and the purge are integer arithmetic over
-        the runs, and the cells are written once, from the final runs. The decisions are
-        `_place_dense`'s, rule for rule: the head reset (head > used + 2 n, or at the ring's end), all
-        n cells from the head usable (the youngest overwritten one masked at the group's first
-        position), the purge of q's cells at or below the largest position overwritten."""
-        s = self.stream_of(q)
-        if not self.seqs[s] <= {q} or not sizes:
-            return None
-        size = self.spec.size
-        used = self.used[s]
-        sq, ps, tk = self.seq[s], self.pos[s], self.tok[s]
-        if used:
-            d = self._dense_of(s, q)
-            if not d or d[2] + 1 != p0:
-                return None
-            lo, hi = d[1], d[2]
-            occ = np.flatnonzero(sq >= 0)
-            op = ps[occ]
-            brk = np.flatnonzero((occ[1:] - occ[:-1] != 1) | (op[1:] - op[:-1] != 1)) + 1
-            if len(brk) >= self._MAX_RUNS:
-                return None
-            a = [0, *brk.tolist()]
-            b = [*brk.tolist(), len(occ)]
-            cl, pl = occ[a].tolist(), op[a].tolist()
-            runs = [[c, p, e - f] for c, p, f, e in zip(cl, pl, a, b)]  # [first cell, first position, n]
-            lo0 = lo
-            by_pos = np.empty(hi - lo + 1, dtype=np.int32)
-            by_pos[op - lo] = tk[occ]
-        else:
-            lo, runs, lo0, by_pos = -1, [], p0, None
-        head = self.head[s]
-        sw, t = self.spec.n_swa, self.spec.swa_type
-        P = p0
-        for n in sizes:
-            if n > size:
-                return None
-            if head > used + 2 * n:
-                head = 0
-            if head >= size:
-                head = 0
-            end = head + n
-            spans = [(head, end)] if end <= size else [(head, size), (0, end - size)]
-            mx, n_occ = -1, 0
-            for c0, c1 in spans:  # the overwritten cells: the largest position, how many held one
-                for c, p, k in runs:
-                    x0, x1 = max(c0, c), min(c1, c + k)
-                    if x0 < x1:
-                        n_occ += x1 - x0
-                        if p + x1 - c - 1 > mx:
-                            mx = p + x1 - c - 1
-            if mx >= 0 and not is_masked(t, sw, mx, P):
-                return None  # not all usable: find_slot would look further (the per-group path)
-            kept = []
-            for c, p, k in runs:  # the written cells leave the runs they cut
-                pieces = [(c, p, k)]
-                for c0, c1 in spans:
-                    nxt = []
-                    for pc, pp, pk in pieces:
-                        if c0 >= pc + pk or c1 <= pc:
-                            nxt.append((pc, pp, pk))
-                            continue
-                        if c0 > pc:
-                            nxt.append((pc, pp, c0 - pc))
-                        if c1 < pc + pk:
-                            nxt.append((c1, pp + c1 - pc, pc + pk - c1))
-                    pieces = nxt
-                kept.extend([list(x) for x in pieces])
-            w = P
-            for c0, c1 in spans:
-                kept.append([c0, w, c1 - c0])
-                w += c1 - c0
-            used += n - n_occ
-            if mx >= lo >= 0:  # the purge: q's cells at or below mx (the written ones are above it)
-                used -= mx - lo + 1 - n_occ
-                lo = mx + 1
-                runs = []
-                for c, p, k in kept:
-                    if p + k - 1 <= mx:
-                        continue
-                    if p <= mx:
-                        c, p, k = c + mx - p + 1, mx + 1, k - (mx - p + 1)
-                    runs.append([c, p, k])
-            else:
-                if lo < 0:
-                    lo = P
-                runs = kept
-            runs.sort()
-            merged = []
-            for r in runs:  # a group written on from the run before it extends that run
-                if merged and merged[-1][0] + merged[-1][2] == r[0] and merged[-1][1] + merged[-1][2] == r[1]:
-                    merged[-1][2] += r[2]
-                else:
-                    merged.append(r)
-            runs = merged
-            if len(runs) > self._MAX_RUNS:
-                return None
-            head = end if end <= size else end - size
-            P += n
-        return runs, used, head, lo, P - 1, lo0, by_pos
-
-    def apply_runs(self, q: int, plan, tok: np.ndarray) -> None:
-        """Write what `plan_runs` planned: the stream's cells from the final runs (tokens by position,
-        the old ones below the groups' first position and `tok` from it), its head, count and record."""
-        runs, used, head, lo, hi, lo0, by_pos = plan
-        s = self.stream_of(q)
-        ps, sq, tk = self.pos[s], self.seq[s], self.tok[s]
-        src = tok if by_pos is None else np.concatenate((by_pos, tok))
-        ps[:] = -1
-        sq[:] = -1
-        tk[:] = -1
-        for c, p, k in runs:
-            ps[c:c + k] = np.arange(p, p + k, dtype=np.int32)
-            sq[c:c + k] = q
-            tk[c:c + k] = src[p - lo0:p - lo0 + k]
-        self.used[s] = used
-        self.head[s] = head
-        self.seqs[s].add(q)
-        self.dense[s] = (q, lo, hi)
-        self._stats[(s, q)] = (lo, hi)
 
     def _place_one(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray, run: bool = False) -> bool:
         """Find and apply the cells of one group in a stream that holds only sequence `q`'s cells
@@ -699,7 +556,7 @@ class CellCache:
         find them, and afterwards the stream holds mx + 1 .. hi + n (or lo .. hi + n without a purge),
         each once: the record stays exact without a look at the cells. On typical traffic every group
         of a `-np N` simulation takes this path (a few numpy calls on slices instead of masks over
-        the whole stream); the prompt fast-forward takes `plan_runs`, the same rules on cell runs."""
+        the whole stream)."""
         n = len(pos)
         size = self.spec.size
         used = self.used[s]
