@@ -26,6 +26,11 @@ from slotlab.ideal.policies import POLICIES, Reuse, run
 GIB = 2**30
 
 
+def _blocks_reached(n: int, ids, block: int) -> int:
+    """How many of a prompt's block ids slotlab's Mooncake loader uses: those its length reaches."""
+    return min(len(ids), -(-n // block)) if block else 0
+
+
 def slotlab_plan(requests, block: int, next_use: bool = True) -> BlockPlan:
     """The plan of prompts as slotlab's Mooncake loader makes them: the blocks the prompt's length
     reaches, the last cut to it, tokens past the last block a tail of their own (`next_use`: see
@@ -34,7 +39,7 @@ def slotlab_plan(requests, block: int, next_use: bool = True) -> BlockPlan:
     for q in requests:
         n = max(0, int(q.n_prompt))
         ids = list(q.hash_ids or ())
-        nb = min(len(ids), -(-n // block)) if block else 0
+        nb = _blocks_reached(n, ids, block)
         blocks.append(ids[:nb])
         tokens.append([min(block, n - i * block) for i in range(nb)])
         extra.append(max(0, n - nb * block))
@@ -56,7 +61,7 @@ def infinite_hit_tokens(requests, block: int, measured: Sequence[bool] | None = 
     for r, q in enumerate(requests):
         n = max(0, int(q.n_prompt))
         ids = q.hash_ids or ()
-        nb = min(len(ids), -(-n // block)) if block else 0
+        nb = _blocks_reached(n, ids, block)
         counted = measured is None or bool(measured[r])
         if counted:
             total += n  # (the blocks' tokens, the last cut to the prompt, plus the tail past them)
