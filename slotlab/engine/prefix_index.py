@@ -32,11 +32,21 @@ def _after(d: int, a: np.ndarray, b: np.ndarray) -> bool:
 
 class PrefixIndex:
     """Entries (anything with a `tokens` int32 array that never changes) sorted by their tokens, with
-    `nb[i] = lcp(sorted[i - 1], sorted[i])`. Entries compare by identity."""
+    `nb[i] = lcp(sorted[i - 1], sorted[i])`. Entries compare by identity.
+
+    Each entry is added with an integer `key` (the RAM cache gives its entry id, which grows in the
+    order entries are appended): `in_key_order` hands a scan's lcps, and the entries' lengths, in that
+    order as arrays, so the cache scores its FIFO list without a dictionary lookup per entry (with
+    ~150 entries and two scans a request, those lookups were the scoring's cost)."""
 
     def __init__(self):
         self.sorted: list[Any] = []
         self.nb: list[int] = []  # nb[0] is unused (0)
+        self.keys: list[int] = []  # the entries' keys, in sorted order
+        self.ns: list[int] = []  # the entries' token counts, in sorted order
+        # the last `scan`: (its lcps in sorted order, as a list), kept in step with removals, so that
+        # `add(known=True)` places an entry whose tokens it scanned without comparing anything
+        self._last: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.sorted)
@@ -64,28 +74,32 @@ class PrefixIndex:
                 lo, left = mid + 1, d
         return lo, seen
 
-    def _place_known(self, toks: np.ndarray, known: dict[int, int]) -> int:
-        """`_place`'s insertion point when every entry's lcp with `toks` is known: the same binary
-        search, each comparison one token read past the lcp."""
+    def _place_known(self, toks: np.ndarray, known: list[int]) -> int:
+        """`_place`'s insertion point when every entry's lcp with `toks` is known (`known`, in sorted
+        order): the same binary search, each comparison one token read past the lcp."""
         lo, hi = 0, len(self.sorted)
+        srt = self.sorted
         while lo < hi:
             mid = (lo + hi) // 2
-            e = self.sorted[mid]
-            if _after(known[id(e)], e.tokens, toks):
+            if _after(known[mid], srt[mid].tokens, toks):
                 hi = mid
             else:
                 lo = mid + 1
         return lo
 
-    def add(self, entry, known: dict[int, int] | None = None) -> None:
-        """Insert `entry`. `known`: lcp(e.tokens, entry.tokens) by id(e) for every entry held, as
-        `lcps` gave them for equal tokens (the RAM cache's `alloc` has them: it scored the prompt
-        before making room), so the place and the neighbour lcps cost no comparison."""
+    def add(self, entry, key: int = 0, known: bool = False) -> None:
+        """Insert `entry` under `key`. `known`: the last `scan` was of tokens equal to `entry.tokens`
+        (the RAM cache's `alloc` scored the prompt before making room; the removals since are
+        followed), so the place and the neighbour lcps cost no comparison."""
         toks = entry.tokens
-        if known is not None:
-            j = self._place_known(toks, known)
-            left = known[id(self.sorted[j - 1])] if j else 0
-            right = known[id(self.sorted[j])] if j < len(self.sorted) else None
+        last = self._last
+        self._last = None
+        if known:
+            if last is None or len(last) != len(self.sorted):
+                raise AssertionError("PrefixIndex.add(known=True) without a scan of the entries held")
+            j = self._place_known(toks, last)
+            left = last[j - 1] if j else 0
+            right = last[j] if j < len(self.sorted) else None
         else:
             j, seen = self._place(toks)
             left = seen[j - 1] if j - 1 in seen else (common_prefix(self.sorted[j - 1].tokens, toks) if j else 0)
@@ -93,6 +107,8 @@ class PrefixIndex:
             if j < len(self.sorted):
                 right = seen[j] if j in seen else common_prefix(self.sorted[j].tokens, toks)
         self.sorted.insert(j, entry)
+        self.keys.insert(j, int(key))
+        self.ns.insert(j, int(toks.shape[0]))
         self.nb.insert(j, left if j else 0)
         if right is not None:
             self.nb[j + 1] = right
@@ -100,17 +116,23 @@ class PrefixIndex:
     def remove(self, entry) -> None:
         i = next(k for k, e in enumerate(self.sorted) if e is entry)
         del self.sorted[i]
+        del self.keys[i]
+        del self.ns[i]
+        if self._last is not None:
+            del self._last[i]
         if i < len(self.sorted):  # the new neighbours' lcp: the smaller of the two around the gap
             self.nb[i + 1] = 0 if i == 0 else min(self.nb[i], self.nb[i + 1])
         del self.nb[i]
         if self.nb:
             self.nb[0] = 0
 
-    def lcps(self, toks: np.ndarray) -> dict[int, int]:
-        """lcp(entry.tokens, toks) for every entry, by id(entry)."""
+    def scan(self, toks: np.ndarray) -> np.ndarray:
+        """lcp(entry.tokens, toks) for every entry, in sorted order (int64); remembered for
+        `add(known=True)`."""
         n = len(self.sorted)
         if n == 0:
-            return {}
+            self._last = []
+            return np.empty(0, dtype=np.int64)
         j, seen = self._place(toks)
         out = np.empty(n, dtype=np.int64)
         nb = np.asarray(self.nb, dtype=np.int64)
@@ -124,4 +146,15 @@ class PrefixIndex:
             out[j] = right
             if j + 1 < n:  # i > j: min(right, nb[j + 1 .. i])
                 out[j + 1:] = np.minimum(right, np.minimum.accumulate(nb[j + 1:]))
-        return {id(e): v for e, v in zip(self.sorted, out.tolist())}
+        self._last = out.tolist()
+        return out
+
+    def in_key_order(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A scan's lcps and the entries' token counts, both ordered by key (int64 arrays)."""
+        order = np.argsort(np.array(self.keys, dtype=np.int64), kind="stable")
+        return out[order], np.array(self.ns, dtype=np.int64)[order]
+
+    def lcps(self, toks: np.ndarray) -> dict[int, int]:
+        """lcp(entry.tokens, toks) for every entry, by id(entry)."""
+        out = self.scan(toks)
+        return dict(zip(map(id, self.sorted), out.tolist()))

@@ -366,18 +366,32 @@ class PromptCache:
         """Σ len(entry.tokens): checkpoints do not count here (a running total)."""
         return self._tokens
 
-    def _added(self, e: CacheEntry, lcps: dict[int, int] | None = None) -> None:
-        """`lcps`: every held entry's lcp with e.tokens, by id (see `PrefixIndex.add`)."""
+    def _added(self, e: CacheEntry, scanned: bool = False) -> None:
+        """`scanned`: the index's last scan was of e's tokens (see `PrefixIndex.add`)."""
         object.__setattr__(e, "_cache", self)
         self._bytes += e.size()
         self._tokens += e.n_tokens()
-        self._index.add(e, lcps)
+        self._index.add(e, e.id, scanned)
 
     def _removed(self, e: CacheEntry) -> None:
         object.__setattr__(e, "_cache", None)
         self._bytes -= e.size()
         self._tokens -= e.n_tokens()
         self._index.remove(e)
+
+    def _scan(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every entry's lcp with `tokens` and its token count, as int64 arrays in `entries` order.
+
+        The entries are appended in id order and leave it only by removal, so `entries` is in id
+        order, and the index hands its scan in that order; the --cache-ram-lru proposal reorders
+        them, and is looked up entry by entry."""
+        idx = self._index
+        out = idx.scan(tokens)
+        if not self.lru:
+            return idx.in_key_order(out)
+        by_id = dict(zip(map(id, idx.sorted), out.tolist()))
+        return (np.array([by_id[id(e)] for e in self.entries], dtype=np.int64),
+                np.array([e.n_tokens() for e in self.entries], dtype=np.int64))
 
     def _resized(self, delta: int) -> None:
         """An entry it holds had a buffer replaced (`CacheEntry.__setattr__`)."""
@@ -540,18 +554,19 @@ class PromptCache:
                 n_tokens=n_new, size_tgt=size_tgt, size_dft=size_dft, id_slot=id_slot, id_task=id_task,
             )
 
-        # every entry's lcp with the new prompt at once (prefix_index.py)
-        lcps = self._index.lcps(tokens)
+        # every entry's lcp with the new prompt at once (prefix_index.py), in `entries` order
+        lcps, n_es = self._scan(tokens)
 
         # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
-        for e in self.entries:
-            if lcps[id(e)] == n_new:
-                if self.lru:
-                    self._touch(e, t_last)
-                self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
-                           " - prompt is already in the cache, skipping",
-                           entry=e, entry_id=e.id, n_tokens=n_new)
-                return None
+        dup = np.flatnonzero(lcps == n_new)
+        if dup.size:
+            e = self.entries[int(dup[0])]  # the first such entry, oldest first
+            if self.lru:
+                self._touch(e, t_last)
+            self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
+                       " - prompt is already in the cache, skipping",
+                       entry=e, entry_id=e.id, n_tokens=n_new)
+            return None
 
         # the -kvcpc proposal (PR #28046): a per-entry token limit in place of the aggregate one
         if 0 < self.limit_tokens_entry < n_new:
@@ -571,19 +586,17 @@ class PromptCache:
             return None
 
         # 4. entries that are prefixes of the new prompt are superseded by it
-        kept: list[CacheEntry] = []
-        for e in self.entries:
-            n_e = e.n_tokens()
-            lcp = lcps[id(e)]
-            if lcp == n_e:
+        obsolete = np.flatnonzero(lcps == n_es).tolist()
+        if obsolete:
+            gone = set(obsolete)
+            for i in obsolete:
+                e = self.entries[i]
                 self._removed(e)
                 self._emit(T.CACHE_EVICT, "TRC", "alloc",
-                           " - removing obsolete cached prompt with length %d" % lcp,
+                           " - removing obsolete cached prompt with length %d" % int(lcps[i]),
                            reason="obsolete_prefix", entry=e, entry_id=e.id,
                            n_tokens=e.n_tokens(), size=e.size())
-            else:
-                kept.append(e)
-        self.entries[:] = kept
+            self.entries[:] = [e for i, e in enumerate(self.entries) if i not in gone]
 
         # 5. FIFO make-room so that the allocation never breaches the byte limit
         if self.limit_size > 0:
@@ -627,7 +640,7 @@ class PromptCache:
             self._insert_by_last_use(entry)
         else:
             self.entries.append(entry)
-        self._added(entry, lcps)  # (the entries removed above are not asked: the index no longer holds them)
+        self._added(entry, scanned=True)  # (the index followed the removals since its scan)
         self._emit(T.CACHE_ALLOC, "TRC", "alloc", "", entry=entry, entry_id=entry.id,
                    n_tokens=n_new, size=entry.size(), id_slot=id_slot, id_task=id_task)
         return entry
@@ -740,18 +753,22 @@ class PromptCache:
         entries = self.entries
         if not entries:
             return None, f_keep_base, f_sim_base
-        by_id = self._index.lcps(tokens_new)  # (entries change only through the methods, which keep it)
-        lcps = np.array([by_id[id(e)] for e in entries], dtype=np.float32)
-        n_es = np.array([e.tokens.shape[0] for e in entries], dtype=np.float32)
+        lc, ns = self._scan(tokens_new)  # (entries change only through the methods, which keep the index)
+        lcps = lc.astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_keeps = (lcps / n_es).tolist()
-            f_sims = (lcps / np.float32(tokens_new.shape[0])).tolist()
+            f_keeps = lcps / ns.astype(np.float32)
+            f_sims = lcps / np.float32(tokens_new.shape[0])
         floor = float(F_KEEP_FLOOR)
         kb, sb = float(f_keep_base), float(f_sim_base)
+        # the best so far only rises, so an entry not above the base on both axes never improves:
+        # the sequential test runs on the others only (NaN compares false here as there)
+        cand = np.flatnonzero((kb < f_keeps) & (sb < f_sims) & ~(f_keeps < np.float32(floor))).tolist()
         win = -1
-        for i, (fk, fs) in enumerate(zip(f_keeps, f_sims)):
-            if not fk < floor and kb < fk and sb < fs:
-                kb, sb, win = fk, fs, i
+        if cand:
+            fkl, fsl = f_keeps[cand].tolist(), f_sims[cand].tolist()
+            for i, fk, fs in zip(cand, fkl, fsl):
+                if not fk < floor and kb < fk and sb < fs:
+                    kb, sb, win = fk, fs, i
         if win < 0:
             return None, f_keep_base, f_sim_base
         return entries[win], np.float32(kb), np.float32(sb)

@@ -19,18 +19,27 @@ _ops = st.lists(st.tuples(st.sampled_from(["add", "add", "rm", "q"]), _seq, st.i
 @settings(max_examples=400, deadline=None)
 @given(ops=_ops)
 def test_lcps_equal_one_comparison_per_entry(ops):
-    idx, live = PrefixIndex(), []
+    idx, live, key = PrefixIndex(), [], iter(range(10**6))
     for op, toks, k in ops:
         t = np.array(toks, dtype=np.int32)
         if op == "add":
-            e = SimpleNamespace(tokens=t)
-            # half the adds as the RAM cache's alloc makes them: with the lcps it scored the prompt by
-            idx.add(e, idx.lcps(t) if k % 2 else None)
+            e = SimpleNamespace(tokens=t, key=next(key))
+            # half the adds as the RAM cache's alloc makes them: placed by the scan it scored the prompt
+            # by, with entries removed between the scan and the add (its obsolete prefixes, make-room)
+            if k % 2:
+                idx.scan(t)
+                for _ in range(k % 3):
+                    if live:
+                        idx.remove(live.pop((k * 7) % len(live)))
+            idx.add(e, e.key, known=bool(k % 2))
             live.append(e)
         elif op == "rm" and live:
             idx.remove(live.pop(k % len(live)))
         got = idx.lcps(t)
         assert got == {id(e): common_prefix(e.tokens, t) for e in live}
+        lc, ns = idx.in_key_order(idx.scan(t))  # in the order entries were added (the cache's FIFO list)
+        assert lc.tolist() == [common_prefix(e.tokens, t) for e in live]
+        assert ns.tolist() == [len(e.tokens) for e in live]
         assert len(idx) == len(live)
         s = idx.sorted  # the order and the neighbour lcps the queries rely on
         assert all(tuple(a.tokens) <= tuple(b.tokens) for a, b in zip(s, s[1:]))
