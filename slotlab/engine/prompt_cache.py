@@ -51,6 +51,10 @@ __all__ = [
 
 from slotlab.units import MIB, cache_ram_bytes  # noqa: E402  (MIB re-exported: older imports read it here)
 
+#: From this many entries on, a scan's lcps are scored as numpy arrays (`PromptCache._scan`); below
+#: it, as lists (measured: arrays pay from ~100 entries, a small SWA model's cache holds ~150)
+_ARRAYS = 96
+
 #: The 0.25 floor of `load` ("don't trash large prompts"), as the C++ literal `0.25f`.
 F_KEEP_FLOOR = np.float32(0.25)
 
@@ -379,19 +383,19 @@ class PromptCache:
         self._tokens -= e.n_tokens()
         self._index.remove(e)
 
-    def _scan(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every entry's lcp with `tokens` and its token count, as int64 arrays in `entries` order.
+    def _scan(self, tokens: np.ndarray) -> tuple[Any, Any]:
+        """Every entry's lcp with `tokens` and its token count, in `entries` order: int64 arrays from
+        `_ARRAYS` entries on, lists below (where numpy's calls cost more than the loops they save).
 
         The entries are appended in id order and leave it only by removal, so `entries` is in id
         order, and the index hands its scan in that order; the --cache-ram-lru proposal reorders
         them, and is looked up entry by entry."""
         idx = self._index
         out = idx.scan(tokens)
-        if not self.lru:
+        if not self.lru and len(out) >= _ARRAYS:
             return idx.in_key_order(out)
         by_id = dict(zip(map(id, idx.sorted), out.tolist()))
-        return (np.array([by_id[id(e)] for e in self.entries], dtype=np.int64),
-                np.array([e.n_tokens() for e in self.entries], dtype=np.int64))
+        return [by_id[id(e)] for e in self.entries], [e.n_tokens() for e in self.entries]
 
     def _resized(self, delta: int) -> None:
         """An entry it holds had a buffer replaced (`CacheEntry.__setattr__`)."""
@@ -558,9 +562,14 @@ class PromptCache:
         lcps, n_es = self._scan(tokens)
 
         # 1. the new prompt is a prefix of (or equal to) an entry: it is already cached
-        dup = np.flatnonzero(lcps == n_new)
-        if dup.size:
-            e = self.entries[int(dup[0])]  # the first such entry, oldest first
+        if isinstance(lcps, list):
+            dup = [i for i, v in enumerate(lcps) if v == n_new][:1]
+            obsolete = [i for i, (v, k) in enumerate(zip(lcps, n_es)) if v == k]
+        else:
+            dup = np.flatnonzero(lcps == n_new)[:1].tolist()
+            obsolete = np.flatnonzero(lcps == n_es).tolist()
+        if dup:
+            e = self.entries[dup[0]]  # the first such entry, oldest first
             if self.lru:
                 self._touch(e, t_last)
             self._emit(T.CACHE_SKIP_DUPLICATE, "TRC", "alloc",
@@ -586,7 +595,6 @@ class PromptCache:
             return None
 
         # 4. entries that are prefixes of the new prompt are superseded by it
-        obsolete = np.flatnonzero(lcps == n_es).tolist()
         if obsolete:
             gone = set(obsolete)
             for i in obsolete:
@@ -754,21 +762,24 @@ class PromptCache:
         if not entries:
             return None, f_keep_base, f_sim_base
         lc, ns = self._scan(tokens_new)  # (entries change only through the methods, which keep the index)
-        lcps = lc.astype(np.float32)
+        lcps = np.asarray(lc, dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_keeps = lcps / ns.astype(np.float32)
+            f_keeps = lcps / np.asarray(ns, dtype=np.float32)
             f_sims = lcps / np.float32(tokens_new.shape[0])
         floor = float(F_KEEP_FLOOR)
         kb, sb = float(f_keep_base), float(f_sim_base)
-        # the best so far only rises, so an entry not above the base on both axes never improves:
-        # the sequential test runs on the others only (NaN compares false here as there)
-        cand = np.flatnonzero((kb < f_keeps) & (sb < f_sims) & ~(f_keeps < np.float32(floor))).tolist()
         win = -1
-        if cand:
+        if isinstance(lc, list):
+            cand = range(len(lc))
+            fkl, fsl = f_keeps.tolist(), f_sims.tolist()
+        else:
+            # the best so far only rises, so an entry not above the base on both axes never improves:
+            # the sequential test runs on the others only (NaN compares false here as there)
+            cand = np.flatnonzero((kb < f_keeps) & (sb < f_sims) & ~(f_keeps < np.float32(floor))).tolist()
             fkl, fsl = f_keeps[cand].tolist(), f_sims[cand].tolist()
-            for i, fk, fs in zip(cand, fkl, fsl):
-                if not fk < floor and kb < fk and sb < fs:
-                    kb, sb, win = fk, fs, i
+        for i, fk, fs in zip(cand, fkl, fsl):
+            if not fk < floor and kb < fk and sb < fs:
+                kb, sb, win = fk, fs, i
         if win < 0:
             return None, f_keep_base, f_sim_base
         return entries[win], np.float32(kb), np.float32(sb)

@@ -729,3 +729,40 @@ def test_invariants_hold_after_any_sequence(limit_size, limit_tokens, ops):
         assert _no_prefix_pairs(c.entries)
         assert len({e.id for e in c.entries}) == len(c.entries)
         assert (c.size(), c.n_tokens()) == _sizes_from_buffers(c)  # the running totals
+
+
+_scan_ops = st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "load"]), st.lists(st.integers(0, 3), max_size=12),
+                               st.lists(st.integers(0, 3), max_size=12)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_scan_ops, limit=st.sampled_from([0, 40, 120]))
+def test_scoring_on_arrays_and_on_lists_decides_alike(ops, limit):
+    """`_scan` hands the entries' lcps as numpy arrays from `_ARRAYS` entries on and as lists below:
+    the same saves (duplicates, obsolete prefixes, make-room evictions, in order) and the same loads
+    (winner, float32 ratios) either way, and the same as the listed scan's one comparison per
+    entry, on caches whose entries share prefixes of every length."""
+    import slotlab.engine.prompt_cache as pcm
+
+    caches = [PromptCache(limit, 0, record=True) for _ in range(3)]
+    caches[1].per_entry = caches[2].per_entry = False
+    thresholds = (pcm._ARRAYS, 0, 10**9)  # the listed reference, arrays always, lists always
+    old = pcm._ARRAYS
+    try:
+        for kind, a, b in ops:
+            outs = []
+            for c, thr in zip(caches, thresholds):
+                pcm._ARRAYS = thr
+                if kind == "alloc":
+                    e = c.alloc(np.array(a, np.int32), [], len(a) + 1)
+                    recs = [(r.kind, r.fields.get("reason"), r.fields.get("entry_id")) for r in c.take_events()]
+                    outs.append((e is None, recs, [e_.tokens.tolist() for e_ in c.entries]))
+                else:
+                    r = c.load(np.array(b, np.int32), np.array(a, np.int32))
+                    c.take_events()
+                    same = lambda x: "nan" if np.isnan(x) else float(x)  # noqa: E731
+                    outs.append((None if r.entry is None else c.entries.index(r.entry), same(r.f_keep_best),
+                                 same(r.f_sim_best)))
+            assert outs[0] == outs[1] == outs[2]
+    finally:
+        pcm._ARRAYS = old
