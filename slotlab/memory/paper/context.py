@@ -449,11 +449,28 @@ def _split_equal_runs(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[
     return [[(q, np.arange(i, i + k)) for q, i, k in ub] for ub in split_equal_spans(runs, n_ubatch, sequential)]
 
 
+_SPANS: dict = {}  # split_equal_spans' answers, by its arguments (a fast-forward's steps repeat a few shapes)
+
+
 def split_equal_spans(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[int, int, int]]]:
     """`split_equal` where every sequence has one run of rows, runs given as (seq, start, end) in
     row order: per ubatch its groups (seq, first row, rows). That a sequence's rows are a..b makes
     "still has rows at or after the run's start" mean "not used up", decided on integers; the same
-    ubatches as the general loop (`_split_equal_rows`)."""
+    ubatches as the general loop (`_split_equal_rows`).
+
+    A pure function of its arguments, remembered: the steps of a prompt fast-forward have the same
+    rows (one per generating slot, then the chunk) step after step. The answer is shared: read it,
+    do not change it."""
+    key = (tuple(runs), n_ubatch, sequential)
+    out = _SPANS.get(key)
+    if out is None:
+        if len(_SPANS) >= 4096:
+            _SPANS.clear()
+        out = _SPANS[key] = _split_equal_spans(runs, n_ubatch, sequential)
+    return out
+
+
+def _split_equal_spans(runs, n_ubatch: int, sequential: bool) -> list[list[tuple[int, int, int]]]:
     cur = {q: a for q, a, _ in runs}
     n_left = sum(b - a for _, a, b in runs)
     out = []

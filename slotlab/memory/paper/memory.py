@@ -26,6 +26,13 @@ from slotlab.memory.profile import GGML_TYPES, ModelProfile
 
 __all__ = ["PaperMemory", "paper_sizes"]
 
+#: positions 0, 1, 2, ... as one read-only int32 array: a group's positions are a slice of it (a view,
+#: not an arange per ubatch group: ~40 a request on a sliding-window model)
+_N_POS = 1 << 18
+_POS = np.arange(_N_POS, dtype=np.int32)
+_POS.flags.writeable = False
+
+
 class PaperMemory:
     """`Memory` on paper for `profile` (and `draft`, the `-md` model's profile; `draft=True` = the
     target's). The arguments are llama-server's: `n_ctx` (-c; 0 = the training context), `n_slots`
@@ -534,7 +541,9 @@ class PaperMemory:
                     for q, i, k in ub:
                         t, p0, a0 = run_of[q]
                         o = i - a0
-                        groups.append((q, np.arange(p0 + o, p0 + o + k, dtype=np.int32), t[o:o + k]))
+                        e = p0 + o + k
+                        groups.append((q, _POS[p0 + o:e] if e <= _N_POS else np.arange(p0 + o, e, dtype=np.int32),
+                                       t[o:o + k]))
                     ubs.append(groups)
                 if not win.place_alone(ubs):
                     break  # find_slot fails in the window half: this decode changes nothing
