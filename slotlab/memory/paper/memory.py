@@ -511,8 +511,8 @@ class PaperMemory:
                 if len(t) and n_vocab > 0:
                     if isinstance(t, np.ndarray):
                         arrays.setdefault(q, []).append(t)
-                    elif not all(0 <= x < n_vocab for x in t):
-                        return -1
+                    elif not (0 <= t[0] < n_vocab if len(t) == 1 else all(0 <= x < n_vocab for x in t)):
+                        return -1  # (one row: a generating slot's token)
                 nxt[q] = p0 + len(t)
             if win is not None and len({q for q, _, _ in st}) != len(st):
                 return -1  # a sequence in two runs of one step: split_equal's general loop

@@ -17,6 +17,7 @@ from slotlab.memory.paper.format import I32_MAX, LLAMA_MAX_SEQ, CacheSpec
 __all__ = ["CellCache", "is_masked"]
 
 _FREE = -(1 << 62)  # the threshold of an empty cell: usable at any step
+_MAX = np.maximum.reduce  # an array's maximum without ndarray.max's Python wrapper
 _NEVER = 1 << 62  # a cell no window masks
 
 
@@ -561,7 +562,9 @@ class CellCache:
         size = self.spec.size
         used = self.used[s]
         if used:
-            d = self._dense_of(s, q)
+            d = self.dense[s]
+            if d is None:
+                d = self._dense_of(s, q)
             if not d:
                 return None
             _, lo, hi = d
@@ -610,7 +613,7 @@ class CellCache:
         # group's first position, after all of q's) the more surely the older it is, so all are
         # masked exactly when the youngest, mx, is
         pw = ps[nw]
-        mx = int(pw.max())
+        mx = int(_MAX(pw))
         n_occ = 0
         if mx >= 0:
             n_occ = int(np.count_nonzero(pw >= 0))
@@ -619,7 +622,12 @@ class CellCache:
                     return None
             elif not is_masked(t, sw, mx, p0):
                 return None
-        self._write(s, nw, pos, q, tok, keep_dense=True)
+        tk = self.tok[s]  # (`_write`'s journaled write, inline: this runs for every ubatch group)
+        if self._journal is not None:
+            self._journal.append((s, nw, pw.copy(), sq[nw].copy(), tk[nw].copy()))
+        ps[nw] = pos
+        sq[nw] = q
+        tk[nw] = tok
         used += n - n_occ
         hi = p0 + n - 1
         if mx >= lo >= 0:  # the purge: q's cells at or below mx
