@@ -20,6 +20,9 @@ class CheckpointPolicy:
 
     def __init__(self, memory: Memory, n_max: int, min_step: int, emit: Emitter):
         self.memory, self.emit = memory, emit
+        # whether an event kind is kept (`Emitter.wanted`, which numbers a refused one): the lines below
+        # are built only then (a simulation keeps none of them, and makes ~7 a request)
+        self.wanted = getattr(emit, "wanted", None) or (lambda kind: True)
         self.n_max = n_max
         self.min_step = min_step
         info = memory.info
@@ -73,29 +76,32 @@ class CheckpointPolicy:
 
     def create_checkpoint(self, slot, n_tokens_cur: int, pos_min: int, pos_max: int) -> None:
         """`create_checkpoint` (spec 4.3): too-close eviction, FIFO cap, supersede, append."""
-        emit, ck, id_task = self.emit, slot.checkpoints, slot.task.id
+        emit, ck, id_task, wanted = self.emit, slot.checkpoints, slot.task.id, self.wanted
         last = -1
         i = 0
         while len(ck) + 1 >= self.n_max and i < len(ck):
             c = ck[i]
             if c.id_task != id_task and last >= 0 and c.n_tokens <= last + self.min_step:
-                emit(T.CheckpointEvict(reason="too_close", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
-                     "erasing context checkpoint too close to an earlier one (pos_min = "
-                        f"{c.pos_min}, pos_max = {c.pos_max}, n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)",
-                     slot=slot)
+                if wanted(T.CHECKPOINT_EVICT):
+                    emit(T.CheckpointEvict(reason="too_close", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
+                         "erasing context checkpoint too close to an earlier one (pos_min = "
+                            f"{c.pos_min}, pos_max = {c.pos_max}, n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)",
+                         slot=slot)
                 del ck[i]
                 continue
             last = c.n_tokens
             i += 1
         while len(ck) >= self.n_max:
             c = ck.pop(0)
-            emit(T.CheckpointEvict(reason="fifo", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
-                 f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
-                    f"n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)", level="WRN", slot=slot)
+            if wanted(T.CHECKPOINT_EVICT):
+                emit(T.CheckpointEvict(reason="fifo", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
+                     f"erasing old context checkpoint (pos_min = {c.pos_min}, pos_max = {c.pos_max}, "
+                        f"n_tokens = {c.n_tokens}, size = {c.size() / MIB:.3f} MiB)", level="WRN", slot=slot)
         n_new = len(slot.tokens) - n_tokens_cur
         for c in [c for c in ck if c.n_tokens == n_new]:
-            emit(T.CheckpointEvict(reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
-                 f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot)
+            if wanted(T.CHECKPOINT_EVICT):
+                emit(T.CheckpointEvict(reason="supersede", n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max),
+                     f"superseding context checkpoint at n_tokens = {c.n_tokens}", slot=slot)
             ck.remove(c)
         mem = self.memory
         data = mem.state_get(slot.id, partial=True).copy()
@@ -103,17 +109,19 @@ class CheckpointPolicy:
         c = Checkpoint(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, id_task=id_task, data_tgt=data,
                        data_dft=data_dft)
         ck.append(c)
-        emit(T.CheckpointCreated(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, size=c.size()),
-             f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
-                f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot)
+        if wanted(T.CHECKPOINT_CREATED):
+            emit(T.CheckpointCreated(n_tokens=n_new, pos_min=pos_min, pos_max=pos_max, size=c.size()),
+                 f"created context checkpoint {len(ck)} of {self.n_max} (pos_min = {pos_min}, "
+                    f"pos_max = {pos_max}, n_tokens = {n_new}, size = {c.size() / MIB:.3f} MiB)", slot=slot)
 
     def restore(self, slot, n_past: int, pos_next: int, pos_min_thold: int) -> tuple[int, int]:
         """The memory no longer holds what `n_past` needs: restore the newest usable checkpoint or
         force full re-processing (spec 3.5). Returns (n_past, pos_next)."""
-        emit, found = self.emit, None
+        emit, found, wanted = self.emit, None, self.wanted
         for c in reversed(slot.checkpoints):
-            emit(T.CheckpointCheck(), f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
-                 slot=slot)
+            if wanted(T.CHECKPOINT_CHECK):
+                emit(T.CheckpointCheck(), f"checking checkpoint with [{c.pos_min}, {c.pos_max}] against {pos_min_thold}...",
+                     slot=slot)
             if c.pos_max > pos_next:
                 continue
             if c.pos_min < pos_min_thold or c.pos_min == 0:
@@ -132,10 +140,11 @@ class CheckpointPolicy:
                 raise RuntimeError(f"checkpoint size mismatch: expected {len(data)}, got {n}")
         pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
         n_past = min(slot.tokens.size_up_to_pos(pos_next), found.n_tokens)
-        emit(T.CheckpointRestored(n_tokens=found.n_tokens, n_past=n_past, pos_min=found.pos_min, pos_max=found.pos_max,
-                                  size=found.size()),
-             f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
-                f"n_tokens = {found.n_tokens}, n_past = {n_past}, size = {found.size() / MIB:.3f} MiB)", slot=slot)
+        if wanted(T.CHECKPOINT_RESTORED):
+            emit(T.CheckpointRestored(n_tokens=found.n_tokens, n_past=n_past, pos_min=found.pos_min,
+                                      pos_max=found.pos_max, size=found.size()),
+                 f"restored context checkpoint (pos_min = {found.pos_min}, pos_max = {found.pos_max}, "
+                    f"n_tokens = {found.n_tokens}, n_past = {n_past}, size = {found.size() / MIB:.3f} MiB)", slot=slot)
         return n_past, pos_next
 
     def erase_invalidated(self, slot, pos_next: int) -> None:
