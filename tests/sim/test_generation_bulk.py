@@ -284,3 +284,75 @@ def test_dense_stream_path_is_the_general_find_and_apply(swa_type, seed):
                 d = fast.dense[s]
                 if d is not None:  # (None: not known, recomputed when asked)
                     assert d == _dense_truth(fast, s), (trial, step, s)
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric"])
+@pytest.mark.parametrize("seed", range(4))
+def test_place_alone_without_a_journal_only_where_nothing_can_fail(swa_type, seed):
+    """`place_alone` skips its journal where `_cannot_fail` says no group can fail (each stream holds
+    only its sequence, each position once, groups at most size - n_swa + 1 cells, position after
+    position). Against `prepare` + `commit` of the same ubatches (always journaled, the general
+    path): every decode `_cannot_fail` passes is one `prepare` takes, the cells agree after each, and
+    where `_cannot_fail` declines the journaled path still decides as `prepare` (failures included),
+    from layouts a prompt, a generation, cut-backs and shifts leave."""
+    rng = np.random.default_rng(9100 + 10 * seed + len(swa_type))
+    n_checked = n_free = 0
+    for trial in range(12):
+        size = int(rng.choice([16, 40, 64, 256]))
+        n_stream = int(rng.integers(2, 4))  # a stream per sequence (place_alone's case)
+        n_swa = int(rng.integers(2, size + 8))
+        fast, plain = _window(size, n_stream, n_swa, swa_type), _window(size, n_stream, n_swa, swa_type)
+        have = [0] * n_stream
+        for step in range(30):
+            r = rng.random()
+            q = int(rng.integers(0, n_stream))
+            if r < 0.15 and have[q]:
+                p0 = int(rng.integers(0, have[q]))
+                for c in (fast, plain):
+                    c.seq_rm(q, p0, have[q])  # a cut-back
+                have[q] = max(p0, fast.pos_max(q) + 1)
+                continue
+            if r < 0.2 and have[q] > 4:
+                for c in (fast, plain):
+                    c.seq_add(q, 2, have[q], -2)
+                have[q] = max(0, fast.pos_max(q) + 1)
+                continue
+            # one decode: ubatches of groups over one or two streams, position after position
+            qs = sorted({q, int(rng.integers(0, n_stream))})
+            ubs, rows = [], []
+            p = {x: max(have[x], fast.pos_max(x) + 1) for x in qs}
+            if rng.random() < 0.2:  # positions the stream holds already (not after its last cell)
+                p = {x: max(0, v - int(rng.integers(1, n_swa + 2))) for x, v in p.items()}
+            for _ in range(int(rng.integers(1, 4))):
+                ub = []
+                for x in qs:
+                    k = int(rng.integers(1, max(2, size // 2)))
+                    pos = np.arange(p[x], p[x] + k, dtype=np.int32)
+                    ub.append((x, pos, rng.integers(0, 99, k).astype(np.int32)))
+                    p[x] += k
+                ubs.append(ub)
+            safe = fast._cannot_fail(ubs)
+            # the same decode as `prepare` reads it: rows of one batch, ubatch by ubatch
+            pos_all = np.concatenate([g[1] for ub in ubs for g in ub])
+            tok_all = np.concatenate([g[2] for ub in ubs for g in ub])
+            plain_ubs, a = [], 0
+            for ub in ubs:
+                groups = []
+                for x, pos, _ in ub:
+                    groups.append((x, np.arange(a, a + len(pos))))
+                    a += len(pos)
+                plain_ubs.append(groups)
+            ok_plain = plain.prepare(plain_ubs, pos_all, tok_all)
+            if ok_plain:
+                plain.commit()
+            ok_fast = fast.place_alone([[(x, pos, tok) for x, pos, tok in ub] for ub in ubs])
+            assert ok_fast == ok_plain, (size, n_swa, swa_type, trial, step)
+            if safe:
+                assert ok_plain  # what _cannot_fail promised
+                n_free += 1
+            n_checked += 1
+            assert _cells(fast, n_stream) == _cells(plain, n_stream), (size, n_swa, swa_type, trial, step)
+            if ok_plain:
+                for x in qs:
+                    have[x] = max(have[x], p[x])
+    assert n_free > 0 and n_checked > n_free  # both paths were taken

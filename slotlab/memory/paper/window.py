@@ -506,6 +506,13 @@ class CellCache:
         places them (ubatch by ubatch, groups by sequence), journaled; False, with everything undone,
         when one does not fit. The simulator's prompt fast-forward (`PaperMemory.advance_steps`) calls
         it per step, without building the step's batch arrays."""
+        if self._cannot_fail(ubatches):
+            for ub in ubatches:
+                for q, pos, tok in sorted(ub, key=lambda g: g[0]) if len(ub) > 1 else ub:
+                    if not self._place_one(self.stream_of(q), q, pos, tok, run=True):
+                        raise AssertionError(f"window cache: a group of {len(pos)} cells found no room, "
+                                             "which its size rules out")
+            return True
         self._begin()
         for ub in ubatches:
             for q, pos, tok in sorted(ub, key=lambda g: g[0]) if len(ub) > 1 else ub:
@@ -513,6 +520,37 @@ class CellCache:
                     self._rollback()
                     return False
         self._end()
+        return True
+
+    def _cannot_fail(self, ubatches) -> bool:
+        """Whether `place_alone` of these groups cannot fail, so that no journal is needed to undo it:
+        a window masks all but fewer than n_swa of a sequence's positions below its next one (standard,
+        chunked and symmetric windows alike), so in a stream that holds only the sequence, each
+        position once (its dense record, or nothing), and grows position after position, at most
+        n_swa - 1 cells are not usable, and a group of at most size - n_swa + 1 cells always finds
+        its cells."""
+        spec = self.spec
+        if spec.n_swa <= 0 or spec.swa_type not in ("standard", "chunked", "symmetric"):
+            return False
+        lim = spec.size - spec.n_swa + 1
+        nxt: dict[int, int] = {}  # stream -> the position its next group must start at (-1: any)
+        for ub in ubatches:
+            for q, pos, _ in ub:
+                n = len(pos)
+                if n == 0 or n > lim:
+                    return False
+                s = self.stream_of(q)
+                p = nxt.get(s)
+                if p is None:
+                    p = -1
+                    if self.used[s]:
+                        d = self._dense_of(s, q)
+                        if not d or d[0] != q:
+                            return False
+                        p = d[2] + 1
+                if p >= 0 and int(pos[0]) != p:
+                    return False
+                nxt[s] = int(pos[0]) + n  # (place_alone's groups are position after position)
         return True
 
     def _place_one(self, s: int, q: int, pos: np.ndarray, tok: np.ndarray, run: bool = False) -> bool:
