@@ -356,3 +356,32 @@ def test_place_alone_without_a_journal_only_where_nothing_can_fail(swa_type, see
                 for x in qs:
                     have[x] = max(have[x], p[x])
     assert n_free > 0 and n_checked > n_free  # both paths were taken
+
+
+@pytest.mark.parametrize("swa_type", ["standard", "chunked", "symmetric"])
+@pytest.mark.parametrize("size,n_swa", [(24, 16), (17, 16), (64, 8)])
+def test_full_ring_generation_is_step_after_step(swa_type, size, n_swa):
+    """`_advance_ring`, the generation fast path of a full ring in position order (what a long prompt
+    leaves), is taken there and leaves the cells as one-token `prepare` + `commit` steps do, for runs
+    shorter than the ring, as long as it, and several times around it (heads at every offset)."""
+    rng = np.random.default_rng(size * 100 + n_swa + len(swa_type))
+    for m in (1, 5, size - 1, size, size + 1, 3 * size + 2):
+        for lead in (0, 3, size - 2):  # the prompt's length decides where the head stands
+            fast, plain = _window(size, 2, n_swa, swa_type), _window(size, 2, n_swa, swa_type)
+            n_prompt = 2 * size + lead
+            p = 0
+            while p < n_prompt:  # the prompt in groups of at most size - n_swa + 1 cells
+                k = min(n_prompt - p, max(1, size - n_swa + 1), 7)
+                g = [[(1, np.arange(p, p + k, dtype=np.int32), rng.integers(0, 99, k).astype(np.int32))]]
+                assert fast.place_alone(g) and plain.place_alone(g)
+                p += k
+            used = []
+            ring = fast._advance_ring
+            fast._advance_ring = lambda *a: used.append(ring(*a)) or used[-1]
+            feed = rng.integers(0, 99, (m, 1)).astype(np.int32)
+            assert fast.advance_tokens([1], [p], feed, m) == m
+            assert used and used[0] is not None, "the full-ring path was not taken"
+            for j in range(m):
+                assert plain.prepare([[(1, np.array([0]))]], np.array([p + j], dtype=np.int32), feed[j])
+                plain.commit()
+            assert _cells(fast, 2) == _cells(plain, 2), (m, lead)

@@ -19,6 +19,9 @@ __all__ = ["CellCache", "is_masked"]
 _FREE = -(1 << 62)  # the threshold of an empty cell: usable at any step
 _MAX = np.maximum.reduce  # an array's maximum without ndarray.max's Python wrapper
 _NEVER = 1 << 62  # a cell no window masks
+_N_AR = 1 << 18
+_AR = np.arange(_N_AR, dtype=np.int32)  # positions 0, 1, 2, ...: compared and written as slices
+_AR.flags.writeable = False
 
 
 def is_masked(swa_type: str, n_swa: int, p0, p1):
@@ -373,6 +376,43 @@ class CellCache:
             self.dense[s] = (q, lo_hi[0], lo_hi[1]) if used and used == lo_hi[1] - lo_hi[0] + 1 else None
         return done
 
+    def _advance_ring(self, s: int, q: int, p0: int, toks: np.ndarray, m: int):
+        """`_advance_stream` where the stream is a full ring in order: every cell holds one of q's
+        positions lo..hi (the dense record, size of them), cell head holds lo and the cells after it,
+        around the ring, lo + 1, ..., hi (what a long prompt, or a generation, leaves), and p0 = hi + 1.
+        None where it is not that (nothing read beyond the check).
+
+        Then each step's find_slot takes the cell at the head: it holds the oldest position, lo + j at
+        step j, which every window masks at p0 + j = lo + size + j once size > n_swa (standard:
+        lo + j + n_swa <= p0 + j; chunked and symmetric mask sooner), the purge after it removes
+        nothing else (lower positions are gone), and the head never resets (used = size). So the m
+        steps write positions p0.. at the cells from the head around the ring, all at once."""
+        d = self.dense[s]
+        size = self.spec.size
+        if not d or d[0] != q or self.used[s] != size or size <= self.spec.n_swa:
+            return None
+        _, lo, hi = d
+        if hi - lo + 1 != size or p0 != hi + 1 or hi + m >= _N_AR or m <= 0:
+            return None
+        head = self.head[s]
+        c0 = head if head < size else 0
+        ps = self.pos[s]
+        w = size - c0  # cells c0.. hold lo .. lo + w - 1, cells ..c0 - 1 the rest
+        if not ((ps[c0:] == _AR[lo:lo + w]).all() and (ps[:c0] == _AR[lo + w:hi + 1]).all()):
+            return None
+        pos, sq, tk = ps.copy(), self.seq[s].copy(), self.tok[s].copy()
+        k = min(m, size)  # the last `size` steps are what the cells keep
+        j0 = m - k  # the first step whose cell survives, at ring offset j0 % size from c0
+        c = (c0 + j0) % size
+        a = min(k, size - c)  # cells c.., then from 0
+        pos[c:c + a] = _AR[p0 + j0:p0 + j0 + a]
+        tk[c:c + a] = toks[j0:j0 + a]
+        if a < k:
+            pos[:k - a] = _AR[p0 + j0 + a:p0 + m]
+            tk[:k - a] = toks[j0 + a:m]
+        head = (c0 + m - 1) % size + 1
+        return m, s, pos, sq, tk, head, size, (lo + m, p0 + m - 1)
+
     def _advance_stream(self, s: int, q: int, p0: int, toks: np.ndarray, m: int):
         """Step one stream holding only sequence `q` (or nothing) through up to `m` one-token decodes
         at positions p0, p0 + 1, ..., on copies of its cells; returns (steps done, s, pos, seq, tok,
@@ -395,6 +435,9 @@ class CellCache:
         * a cell purged before the run reaches it was masked already (its position is at most a
           masked one's), so "usable at its step" needs only its threshold as the run began; the cells
           the run writes hold positions above every M_t and are never purged within it."""
+        r = self._advance_ring(s, q, p0, toks, m)
+        if r is not None:
+            return r
         size = self.spec.size
         pos, sq, tk = self.pos[s].copy(), self.seq[s].copy(), self.tok[s].copy()
         head, used = self.head[s], self.used[s]
