@@ -18,6 +18,7 @@ __all__ = ["CellCache", "is_masked"]
 
 _FREE = -(1 << 62)  # the threshold of an empty cell: usable at any step
 _MAX = np.maximum.reduce  # an array's maximum without ndarray.max's Python wrapper
+_MIN = np.minimum.reduce
 _NEVER = 1 << 62  # a cell no window masks
 _N_AR = 1 << 18
 _AR = np.arange(_N_AR, dtype=np.int32)  # positions 0, 1, 2, ...: compared and written as slices
@@ -652,7 +653,7 @@ class CellCache:
             p0 = hi + 1
         else:
             lo, p0 = -1, int(pos[0])
-        if int(pos[0]) != p0 or (n > 1 and int(pos[-1]) != p0 + n - 1) or n > size:
+        if int(pos[0]) != p0 or (n > 1 and not run and int(pos[-1]) != p0 + n - 1) or n > size:
             return None
         head = self.head[s]
         if head > used + 2 * n:
@@ -696,8 +697,8 @@ class CellCache:
         pw = ps[nw]
         mx = int(_MAX(pw))
         n_occ = 0
-        if mx >= 0:
-            n_occ = int(np.count_nonzero(pw >= 0))
+        if mx >= 0:  # (every cell taken, as in a full ring: one minimum instead of a count)
+            n_occ = n if int(_MIN(pw)) >= 0 else int(np.count_nonzero(pw >= 0))
             if t == "standard":
                 if p0 - mx < sw:
                     return None
@@ -707,7 +708,8 @@ class CellCache:
         if self._journal is not None:
             self._journal.append((s, nw, pw.copy(), sq[nw].copy(), tk[nw].copy()))
         ps[nw] = pos
-        sq[nw] = q
+        if n_occ < n:  # (a taken cell holds q already: the stream holds only q's cells)
+            sq[nw] = q
         tk[nw] = tok
         used += n - n_occ
         hi = p0 + n - 1
