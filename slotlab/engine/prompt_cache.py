@@ -81,11 +81,12 @@ def _empty_like(buf: Buffer) -> Buffer:
 
 
 def _copy_buffer(buf: Buffer) -> Buffer:
-    """Deep copy for mutable buffers, sharing for immutable `bytes`.
+    """Deep copy for mutable buffers, sharing for immutable ones: `bytes`, and a buffer that says it
+    is never written once filled (`immutable`: a paper memory's `PaperBlob`).
 
     The C++ copies the checkpoint vectors into the cache entry; sharing a mutable numpy array with the
     slot would let a later in-place update of the slot's checkpoint corrupt the cached one."""
-    if isinstance(buf, bytes):
+    if isinstance(buf, bytes) or getattr(buf, "immutable", False):
         return buf
     if isinstance(buf, np.ndarray):
         return buf.copy()

@@ -417,3 +417,24 @@ def test_window_cells_written_counted_from_the_dense_record(swa_type):
                 checked += 1
             assert c.n_written(q) == mask_count(q), (q, d)
         assert checked > 100  # the record held on most steps (the counted path ran)
+
+
+
+def test_a_blob_is_written_once_so_checkpoint_copies_share_it(gemma):
+    """A `PaperBlob` gets its state once (made with it, or filled by `state_get(out=)` as a buffer
+    just allocated); filling one that holds a state is refused, so a checkpoint copied into a RAM-cache
+    entry shares its blob (no copy per checkpoint per save), while a numpy buffer is still copied."""
+    from slotlab.engine.prompt_cache import Checkpoint
+    mem = PaperMemory(gemma, n_ctx=4096, n_slots=1)
+    b = Batch(512)
+    b.add_seq(np.arange(512, dtype=np.int32) + 10, 0, 0)
+    assert mem.decode(b, 0, 512) == 0
+    out = paper_allocate(mem.state_size(0))
+    filled = mem.state_get(0, out=out)
+    assert filled is out and out.payload is not None
+    with pytest.raises(ValueError, match="holds a state already"):
+        mem.state_get(0, out=out)
+    ck = Checkpoint(512, 0, 511, data_tgt=mem.state_get(0, partial=True), data_dft=np.ones(3, np.uint8))
+    c = ck.copy()
+    assert c.data_tgt is ck.data_tgt and c.size() == ck.size()  # shared: never written again
+    assert c.data_dft is not ck.data_dft and c.data_dft.tolist() == [1, 1, 1]  # a numpy buffer: copied

@@ -28,6 +28,11 @@ class PaperBlob(np.ndarray):
 
     payload: "PaperState | None"
 
+    #: written once: a blob gets its payload when made, or when it is filled as a just allocated
+    #: buffer (`PaperMemory.state_get(out=)` refuses a blob that holds one), and never after; so a
+    #: copy of a checkpoint may share it (`prompt_cache._copy_buffer`), as a copy of `bytes` does
+    immutable = True
+
     def __new__(cls, n: int, payload: "PaperState | None" = None) -> "PaperBlob":
         n = int(n)
         if n < 0:

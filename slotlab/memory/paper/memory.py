@@ -262,6 +262,8 @@ class PaperMemory:
             return out[:w.n]
         payload = ctx.payload(seq, partial)
         if isinstance(out, PaperBlob) and len(out) >= payload.size:
+            if out.payload is not None:  # (blobs are written once: copies share them)
+                raise ValueError("state_get(out=): the blob holds a state already; give a new buffer")
             out.payload = payload
             return out if len(out) == payload.size else out[:payload.size]
         return PaperBlob(payload.size, payload)
