@@ -175,6 +175,7 @@ class ServerCore:
         if n_cache_reuse is not None and n_cache_reuse < 0:
             raise ConfigError(f"n_cache_reuse must be >= 0, got {n_cache_reuse}")
         tokens = self.tokenize(prompt)
+        tokens.flags.writeable = False  # a task's prompt never changes (the memory checks its ids once)
         params = TaskParams(
             n_predict=-1 if n_predict is None else int(n_predict),
             temperature=float(temperature), seed=int(seed), ignore_eos=bool(ignore_eos),

@@ -438,3 +438,24 @@ def test_a_blob_is_written_once_so_checkpoint_copies_share_it(gemma):
     c = ck.copy()
     assert c.data_tgt is ck.data_tgt and c.size() == ck.size()  # shared: never written again
     assert c.data_dft is not ck.data_dft and c.data_dft.tolist() == [1, 1, 1]  # a numpy buffer: copied
+
+
+def test_prompt_chunks_are_checked_against_the_vocabulary_once_a_prompt(gemma):
+    """`advance_steps` checks a chunk's ids as a decode would; a chunk that is a view of a read-only
+    prompt (a task's tokens) is checked through its whole prompt once. A prompt with a bad id
+    anywhere is not taken as known: its chunks are checked one by one (a good one passes, the bad one
+    is refused), and a writable array is never remembered."""
+    mem = PaperMemory(gemma, n_ctx=4096, n_slots=1)
+    nv = mem.n_vocab
+    good = np.arange(100, 164, dtype=np.int32)
+    good.flags.writeable = False
+    bad = good.copy()
+    bad[-1] = nv  # one id outside the vocabulary, at the end
+    bad.flags.writeable = False
+    assert mem._known_in_vocab(good[:8], nv) and mem._known_in_vocab(good[8:], nv)
+    assert id(good) in mem._in_vocab
+    assert not mem._known_in_vocab(bad[:8], nv) and id(bad) not in mem._in_vocab
+    assert not mem._known_in_vocab(np.arange(8, dtype=np.int32)[2:], nv)  # writable base: not remembered
+    assert mem.advance_steps([[(0, bad[:32], 0)]], [[31]]) == 1  # the good chunk of the bad prompt
+    assert mem.advance_steps([[(0, bad[32:], 32)]], [[31]]) == 0  # its bad chunk: the decode refuses it
+    assert mem.pos_max(0) == 31

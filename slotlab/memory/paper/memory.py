@@ -118,6 +118,9 @@ class PaperMemory:
         self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[Sequence, Sequence] | None = None
         self.stats = {"decode": 0, "decode_tokens": 0, "decode_full": 0, "decode_draft": 0, "state_get": 0,
                       "state_set": 0}
+        # read-only token arrays found inside the vocabulary, by id (the array itself kept, so the id
+        # cannot be reused): a prompt's chunks are views of its tokens, checked once (`_bulk_steps`)
+        self._in_vocab: dict[int, np.ndarray] = {}
 
     # -- construction from llama-server flags ---------------------------------------------------------
 
@@ -453,6 +456,23 @@ class PaperMemory:
         self._last = (steps[m - 1], logits[m - 1])  # made into rows if a sample reads them (last_row)
         return m
 
+    def _known_in_vocab(self, t: np.ndarray, n_vocab: int) -> bool:
+        """Whether chunk `t` is a view of a read-only int32 array whose every id is below n_vocab
+        (checked once a base, the last 64 kept): a prompt fast-forward passes its prompt's chunks as
+        views of the task's tokens, which the server made read-only."""
+        b = t.base
+        if b is None or b.flags.writeable or b.dtype != np.int32 or b.ndim != 1:
+            return False
+        known = self._in_vocab
+        if known.get(id(b)) is b:
+            return True
+        if not b.size or outside(b, n_vocab):
+            return False
+        if len(known) >= 64:
+            del known[next(iter(known))]
+        known[id(b)] = b
+        return True
+
     def step_fits(self, runs: Sequence[tuple[int, Any, int]]) -> bool:
         """True when a decode of the batch `runs` ((seq, tokens, pos0) in row order, positions that
         continue each sequence) cannot fail for lack of cells; False when that is not known here.
@@ -519,7 +539,8 @@ class PaperMemory:
             if win is not None and len({q for q, _, _ in st}) != len(st):
                 return -1  # a sequence in two runs of one step: split_equal's general loop
         for ts in arrays.values():  # (a prompt's chunks: one check, not one a chunk)
-            if outside(ts[0] if len(ts) == 1 else np.concatenate(ts), n_vocab):
+            ts = [t for t in ts if not self._known_in_vocab(t, n_vocab)]
+            if ts and outside(ts[0] if len(ts) == 1 else np.concatenate(ts), n_vocab):
                 return -1
         free = [cache.free(st) for st in range(n_stream)]
         parts: dict[int, list] = {q: [] for q in nxt}  # seq -> its token runs, in order
