@@ -135,6 +135,12 @@ def _mix_keys(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """The token ids of keys `block_id * BLOCK + offset + 1` (uint64, changed in place): a splitmix-like
     hash, then `lo + hash % (hi - lo)`."""
     x *= _MUL
+    return _mix_multiplied(x, lo, hi)
+
+
+def _mix_multiplied(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """`_mix_keys` of keys already multiplied by `_MUL` (mod 2**64): a prompt's keys are made so, as
+    block_id * (BLOCK * _MUL) + (offset + 1) * _MUL, which saves a pass over every token."""
     x ^= x >> np.uint64(29)
     x *= np.uint64(0xBF58476D1CE4E5B9)
     x ^= x >> np.uint64(32)
@@ -156,6 +162,8 @@ def _mix_key(key: int, lo: int, hi: int) -> int:
 
 
 _OFFSETS = np.arange(1, BLOCK + 1, dtype=np.uint64)  # offset + 1 within a block
+_OFFSETS_MUL = _OFFSETS * _MUL  # the same, times _MUL (mod 2**64)
+_BLOCK_MUL = np.uint64((BLOCK * int(_MUL)) & M64)
 _TAIL_ID = -1 & 0x7FFFFFFFFFFF  # the block id of tokens beyond the last hash id
 
 
@@ -166,11 +174,12 @@ def _mooncake_maker(hash_ids, n: int, lo: int, hi: int) -> Callable[[], np.ndarr
     def make() -> np.ndarray:
         nb = min(len(hash_ids), -(-n // BLOCK))
         m = min(n, nb * BLOCK)
-        x = ((np.asarray(hash_ids[:nb], dtype=np.uint64) * np.uint64(BLOCK))[:, None] + _OFFSETS).ravel()[:m]
+        x = ((np.asarray(hash_ids[:nb], dtype=np.uint64) * _BLOCK_MUL)[:, None] + _OFFSETS_MUL).ravel()[:m]
         if n > m:
             tail = np.uint64(_TAIL_ID) * np.uint64(BLOCK) + np.arange(1, n - m + 1, dtype=np.uint64)
+            tail *= _MUL
             x = np.concatenate([x, tail])
-        return _mix_keys(x, lo, hi)
+        return _mix_multiplied(x, lo, hi)
 
     def tail() -> tuple[int, int] | None:  # make()[-1] and len(make()), from the last key alone
         if n <= 0:
