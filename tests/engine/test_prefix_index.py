@@ -47,18 +47,18 @@ def test_lcps_equal_one_comparison_per_entry(ops):
 
 
 def test_common_prefix_is_the_first_mismatch_at_every_length():
-    """`common_prefix` compares the leading 256 tokens first and the rest only when they agree: the
-    first mismatch at every place (inside the head, at its edge, in the rest, none), against the
-    definition, on prompts short and long."""
+    """`common_prefix` compares the leading 256 tokens first, then up to 2048, and the rest only when
+    they agree: the first mismatch at every place (inside each stage, at its edges, in the rest,
+    none), against the definition, on prompts short and long."""
     rng = np.random.default_rng(3)
 
     def first_mismatch(a, b):
         n = min(len(a), len(b))
         return next((i for i in range(n) if a[i] != b[i]), n)
 
-    for n in (0, 1, 255, 256, 257, 1024, 1025, 5000):
+    for n in (0, 1, 255, 256, 257, 1024, 1025, 4096, 4097, 5000):
         a = rng.integers(0, 5, n).astype(np.int32)
-        for k in sorted({0, 1, 255, 256, 257, n // 2, max(0, n - 1), n}):
+        for k in sorted({0, 1, 255, 256, 257, 2047, 2048, 2049, n // 2, max(0, n - 1), n}):
             if k > n:
                 continue
             tail = rng.integers(0, 5, int(rng.integers(0, 2000))).astype(np.int32)
