@@ -151,11 +151,12 @@ class CheckpointPolicy:
         keep = []
         for c in slot.checkpoints:
             if c.pos_max > pos_next:
-                self.emit(T.CheckpointEvict(reason="invalidated", n_tokens=c.n_tokens, pos_min=c.pos_min,
-                                            pos_max=c.pos_max),
-                          f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
-                        f"{c.pos_max}, n_tokens = {c.n_tokens}, n_swa = {self.n_swa}, pos_next = {pos_next}, size = "
-                        f"{c.size() / MIB:.3f} MiB)", slot=slot)
+                if self.wanted(T.CHECKPOINT_EVICT):
+                    self.emit(T.CheckpointEvict(reason="invalidated", n_tokens=c.n_tokens, pos_min=c.pos_min,
+                                                pos_max=c.pos_max),
+                              f"erased invalidated context checkpoint (pos_min = {c.pos_min}, pos_max = "
+                              f"{c.pos_max}, n_tokens = {c.n_tokens}, n_swa = {self.n_swa}, pos_next = {pos_next}, "
+                              f"size = {c.size() / MIB:.3f} MiB)", slot=slot)
             else:
                 keep.append(c)
         slot.checkpoints = keep

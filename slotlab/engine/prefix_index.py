@@ -153,8 +153,3 @@ class PrefixIndex:
         """A scan's lcps and the entries' token counts, both ordered by key (int64 arrays)."""
         order = np.argsort(np.array(self.keys, dtype=np.int64), kind="stable")
         return out[order], np.array(self.ns, dtype=np.int64)[order]
-
-    def lcps(self, toks: np.ndarray) -> dict[int, int]:
-        """lcp(entry.tokens, toks) for every entry, by id(entry)."""
-        out = self.scan(toks)
-        return dict(zip(map(id, self.sorted), out.tolist()))

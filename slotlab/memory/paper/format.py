@@ -23,8 +23,8 @@ import numpy as np
 
 from slotlab.memory.profile import GGML_TYPES, ModelProfile, row_size
 
-__all__ = ["CacheSpec", "I32_MAX", "IO_MAGIC", "LLAMA_MAX_SEQ", "LayerSpec", "RecurrentSpec", "STATE_SEQ_MAGIC",
-           "Cursor", "STATE_SEQ_VERSION", "Source", "StateReadError", "Writer", "kv_layers", "pad", "read_kv_part", "read_rs_part",
+__all__ = ["CacheSpec", "I32_MAX", "IO_MAGIC", "LLAMA_MAX_SEQ", "LayerSpec", "N_POSITIONS", "POSITIONS", "RecurrentSpec",
+           "STATE_SEQ_MAGIC", "Cursor", "STATE_SEQ_VERSION", "Source", "StateReadError", "Writer", "kv_layers", "pad", "read_kv_part", "read_rs_part",
            "write_kv_part", "write_rs_part"]
 
 LLAMA_MAX_SEQ = 256
@@ -32,6 +32,12 @@ IO_MAGIC = 0xAF143CD8  # llama-context.cpp io_magic: the first u32 of a sequence
 STATE_SEQ_MAGIC = 0x67677371  # 'ggsq': llama_state_seq_save_file
 STATE_SEQ_VERSION = 3
 I32_MAX = 2**31 - 1
+
+#: positions 0, 1, 2, ... as one read-only int32 array, up to N_POSITIONS: the paper memory compares and
+#: writes runs of positions as slices of it (a view, not an arange per ubatch group or generation run)
+N_POSITIONS = 1 << 18
+POSITIONS = np.arange(N_POSITIONS, dtype=np.int32)
+POSITIONS.flags.writeable = False
 
 
 def pad(n: int, k: int = 256) -> int:

@@ -20,18 +20,12 @@ from slotlab.memory.base import SEQ_RM_FULL, SEQ_RM_PART, Batch, MemoryInfo
 from slotlab.memory.paper.blob import PaperBlob
 from slotlab.memory.paper.cells import CountCache
 from slotlab.memory.paper.context import PaperContext, split_equal_spans, step_batch
-from slotlab.memory.paper.format import (IO_MAGIC, LLAMA_MAX_SEQ, STATE_SEQ_MAGIC, STATE_SEQ_VERSION, Source, pad)
+from slotlab.memory.paper.format import (IO_MAGIC, LLAMA_MAX_SEQ, N_POSITIONS, POSITIONS, STATE_SEQ_MAGIC,
+                                         STATE_SEQ_VERSION, Source, pad)
 from slotlab.memory.paper.vocab import PaperSampler, PaperVocab, mix, outside
 from slotlab.memory.profile import GGML_TYPES, ModelProfile
 
 __all__ = ["PaperMemory", "paper_sizes"]
-
-#: positions 0, 1, 2, ... as one read-only int32 array: a group's positions are a slice of it (a view,
-#: not an arange per ubatch group: ~40 a request on a sliding-window model)
-_N_POS = 1 << 18
-_POS = np.arange(_N_POS, dtype=np.int32)
-_POS.flags.writeable = False
-
 
 class PaperMemory:
     """`Memory` on paper for `profile` (and `draft`, the `-md` model's profile; `draft=True` = the
@@ -565,7 +559,7 @@ class PaperMemory:
                         t, p0, a0 = run_of[q]
                         o = i - a0
                         e = p0 + o + k
-                        groups.append((q, _POS[p0 + o:e] if e <= _N_POS else np.arange(p0 + o, e, dtype=np.int32),
+                        groups.append((q, POSITIONS[p0 + o:e] if e <= N_POSITIONS else np.arange(p0 + o, e, dtype=np.int32),
                                        t[o:o + k]))
                     ubs.append(groups)
                 if not win.place_alone(ubs):

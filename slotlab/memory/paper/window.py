@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from slotlab.memory.paper.format import I32_MAX, LLAMA_MAX_SEQ, CacheSpec
+from slotlab.memory.paper.format import I32_MAX, LLAMA_MAX_SEQ, N_POSITIONS, POSITIONS, CacheSpec
 
 __all__ = ["CellCache", "is_masked"]
 
@@ -20,9 +20,6 @@ _FREE = -(1 << 62)  # the threshold of an empty cell: usable at any step
 _MAX = np.maximum.reduce  # an array's maximum without ndarray.max's Python wrapper
 _MIN = np.minimum.reduce
 _NEVER = 1 << 62  # a cell no window masks
-_N_AR = 1 << 18
-_AR = np.arange(_N_AR, dtype=np.int32)  # positions 0, 1, 2, ...: compared and written as slices
-_AR.flags.writeable = False
 
 
 def is_masked(swa_type: str, n_swa: int, p0, p1):
@@ -393,23 +390,23 @@ class CellCache:
         if not d or d[0] != q or self.used[s] != size or size <= self.spec.n_swa:
             return None
         _, lo, hi = d
-        if hi - lo + 1 != size or p0 != hi + 1 or hi + m >= _N_AR or m <= 0:
+        if hi - lo + 1 != size or p0 != hi + 1 or hi + m >= N_POSITIONS or m <= 0:
             return None
         head = self.head[s]
         c0 = head if head < size else 0
         ps = self.pos[s]
         w = size - c0  # cells c0.. hold lo .. lo + w - 1, cells ..c0 - 1 the rest
-        if not ((ps[c0:] == _AR[lo:lo + w]).all() and (ps[:c0] == _AR[lo + w:hi + 1]).all()):
+        if not ((ps[c0:] == POSITIONS[lo:lo + w]).all() and (ps[:c0] == POSITIONS[lo + w:hi + 1]).all()):
             return None
         pos, sq, tk = ps.copy(), self.seq[s].copy(), self.tok[s].copy()
         k = min(m, size)  # the last `size` steps are what the cells keep
         j0 = m - k  # the first step whose cell survives, at ring offset j0 % size from c0
         c = (c0 + j0) % size
         a = min(k, size - c)  # cells c.., then from 0
-        pos[c:c + a] = _AR[p0 + j0:p0 + j0 + a]
+        pos[c:c + a] = POSITIONS[p0 + j0:p0 + j0 + a]
         tk[c:c + a] = toks[j0:j0 + a]
         if a < k:
-            pos[:k - a] = _AR[p0 + j0 + a:p0 + m]
+            pos[:k - a] = POSITIONS[p0 + j0 + a:p0 + m]
             tk[:k - a] = toks[j0 + a:m]
         head = (c0 + m - 1) % size + 1
         return m, s, pos, sq, tk, head, size, (lo + m, p0 + m - 1)
@@ -550,20 +547,19 @@ class CellCache:
         places them (ubatch by ubatch, groups by sequence), journaled; False, with everything undone,
         when one does not fit. The simulator's prompt fast-forward (`PaperMemory.advance_steps`) calls
         it per step, without building the step's batch arrays."""
-        if self._cannot_fail(ubatches):
-            for ub in ubatches:
-                for q, pos, tok in sorted(ub, key=lambda g: g[0]) if len(ub) > 1 else ub:
-                    if not self._place_one(self.stream_of(q), q, pos, tok, run=True):
-                        raise AssertionError(f"window cache: a group of {len(pos)} cells found no room, "
-                                             "which its size rules out")
-            return True
-        self._begin()
+        safe = self._cannot_fail(ubatches)  # then nothing needs undoing: no journal
+        if not safe:
+            self._begin()
         for ub in ubatches:
             for q, pos, tok in sorted(ub, key=lambda g: g[0]) if len(ub) > 1 else ub:
                 if not self._place_one(self.stream_of(q), q, pos, tok, run=True):
+                    if safe:
+                        raise AssertionError(f"window cache: a group of {len(pos)} cells found no room, "
+                                             "which its size rules out")
                     self._rollback()
                     return False
-        self._end()
+        if not safe:
+            self._end()
         return True
 
     def _cannot_fail(self, ubatches) -> bool:
